@@ -1,0 +1,51 @@
+// Package lua holds the Redis scripts of tierlimit, one .lua file each,
+// embedded and wrapped once in a *redis.Script (run with Script.Run: EVALSHA,
+// then EVAL on NOSCRIPT).
+//
+// Every script reads its time from the server (TIME) unless ARGV[1] carries
+// a client clock, keeps its keys in KEYS, computes in integer microseconds,
+// and replies {allowed, granted, then per limit: remaining, retry_us,
+// reset_us}. Each file's header states its KEYS, ARGV and invariants.
+package lua
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed *.lua
+var files embed.FS
+
+// The scripts. Each is lib.lua followed by the file of its name.
+var (
+	TokenBucket    = load("tokenbucket.lua")
+	GCRA           = load("gcra.lua")
+	FixedWindow    = load("fixedwindow.lua")
+	AnchoredWindow = load("anchoredwindow.lua")
+	SlidingLog     = load("slidinglog.lua")
+	SlidingWindow  = load("slidingwindow.lua")
+)
+
+// Source returns the full text of the script in file name (lib.lua
+// included), as it is sent to Redis.
+func Source(name string) (string, error) {
+	lib, err := files.ReadFile("lib.lua")
+	if err != nil {
+		return "", err
+	}
+	body, err := files.ReadFile(name)
+	if err != nil {
+		return "", err
+	}
+	return string(lib) + string(body), nil
+}
+
+func load(name string) *redis.Script {
+	src, err := Source(name)
+	if err != nil {
+		// The files are embedded at build time: a missing one is a build bug.
+		panic("lua: " + err.Error())
+	}
+	return redis.NewScript(src)
+}

@@ -1,0 +1,197 @@
+package remote
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+)
+
+// algorithm describes one script: how its keys are named and what it is told
+// about each limit.
+type algorithm struct {
+	name     string // short name in Redis keys, e.g. "tb"
+	script   *redis.Script
+	keys     []string                    // key suffixes per limit, e.g. {""} or {":z", ":h"}
+	params   func(tierlimit.Limit) []any // per-limit ARGV
+	validate func(tierlimit.Limit) error // rules beyond Limit.Validate
+	capacity func(tierlimit.Limit) int64 // largest cost one call may ask
+}
+
+// limiter is the engine behind every algorithm: key naming, argument
+// building, the script call and the reply. It is safe for concurrent use.
+type limiter struct {
+	rdb    redis.UniversalClient
+	alg    *algorithm
+	limits []tierlimit.Limit
+	bases  []string // per key: prefix, algorithm, config hash, up to the hash tag
+	suffix []string // per key: what follows the user key
+	params []any    // per-limit ARGV, built once
+	clock  Clock
+	maxN   int64
+}
+
+func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit, opts []Option) (*limiter, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: remote: nil redis client", tierlimit.ErrInvalidOption)
+	}
+	cfg := config{prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: remote: nil option", tierlimit.ErrInvalidOption)
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	l := &limiter{rdb: rdb, alg: alg, clock: cfg.clock, limits: append([]tierlimit.Limit{limit}, cfg.extra...)}
+	l.maxN = -1
+	for _, lim := range l.limits {
+		if err := lim.Validate(); err != nil {
+			return nil, fmt.Errorf("remote: %s: %w", alg.name, err)
+		}
+		if alg.validate != nil {
+			if err := alg.validate(lim); err != nil {
+				return nil, fmt.Errorf("remote: %s: %w", alg.name, err)
+			}
+		}
+		if c := alg.capacity(lim); l.maxN < 0 || c < l.maxN {
+			l.maxN = c
+		}
+		l.params = append(l.params, alg.params(lim)...)
+		base := cfg.prefix + alg.name + ":" + configHash(alg.name, lim) + ":{"
+		for _, s := range alg.keys {
+			l.bases = append(l.bases, base)
+			l.suffix = append(l.suffix, s)
+		}
+	}
+	return l, nil
+}
+
+// configHash names a limit's configuration in its keys, so that changing a
+// limit never reads state written under another.
+func configHash(alg string, l tierlimit.Limit) string {
+	s := alg + "/" + strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(l.PeriodMicros(), 10) +
+		"/" + strconv.FormatInt(l.Capacity(), 10)
+	return strconv.FormatUint(xxhash.Sum64String(s)&0xffffffff, 36)
+}
+
+// keyTag is the Cluster hash tag of a user key: a hash, so that no byte of the
+// key can move or split its slot.
+func keyTag(key string) [16]byte {
+	var sum [8]byte
+	h := xxhash.Sum64String(key)
+	for i := range sum {
+		sum[i] = byte(h >> (56 - 8*i))
+	}
+	var tag [16]byte
+	hex.Encode(tag[:], sum[:])
+	return tag
+}
+
+// redisKeys returns the Redis keys of a user key, in script order.
+func (l *limiter) redisKeys(key string) []string {
+	tag := keyTag(key)
+	keys := make([]string, len(l.bases))
+	for i, b := range l.bases {
+		keys[i] = b + string(tag[:]) + "}:" + key + l.suffix[i]
+	}
+	return keys
+}
+
+// now returns the client clock in µs for ARGV[1], or 0 for the server's TIME.
+func (l *limiter) now() int64 {
+	if l.clock == nil {
+		return 0
+	}
+	return l.clock.Now().UnixMicro()
+}
+
+// check validates a key and a cost.
+func (l *limiter) check(key string, n int64) error {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	if n < 0 || n > l.maxN {
+		return fmt.Errorf("%w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.maxN)
+	}
+	return nil
+}
+
+// AllowN reports whether n events may happen now for key, and charges them
+// if so. n == 0 peeks: it charges nothing and is always allowed, with
+// Remaining telling what is left.
+func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if err := l.check(key, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	res, _, err := l.call(ctx, key, n)
+	return res, err
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// Reset forgets key's state under every limit: the key is back to full capacity.
+func (l *limiter) Reset(ctx context.Context, key string) error {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	if err := l.rdb.Del(ctx, l.redisKeys(key)...).Err(); err != nil {
+		return fmt.Errorf("remote: reset: %w", err)
+	}
+	return nil
+}
+
+// call runs the script with head ARGV (after the clock) and returns the
+// result and the number of tokens granted.
+func (l *limiter) call(ctx context.Context, key string, head ...int64) (tierlimit.Result, int64, error) {
+	args := make([]any, 0, 1+len(head)+len(l.params))
+	args = append(args, l.now())
+	for _, h := range head {
+		args = append(args, h)
+	}
+	args = append(args, l.params...)
+	reply, err := l.alg.script.Run(ctx, l.rdb, l.redisKeys(key), args...).Int64Slice()
+	if err != nil {
+		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: %w", l.alg.name, err)
+	}
+	return l.result(reply)
+}
+
+// result folds a script reply {allowed, granted, per limit: remaining,
+// retry_us, reset_us} into one Result: the most restrictive limit decides.
+func (l *limiter) result(reply []int64) (tierlimit.Result, int64, error) {
+	if len(reply) != 2+3*len(l.limits) {
+		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: reply of %d values, want %d",
+			l.alg.name, len(reply), 2+3*len(l.limits))
+	}
+	res := tierlimit.Result{Allowed: reply[0] == 1, Source: tierlimit.SourceRemote, Remaining: -1}
+	var worstRetry int64 = -1
+	for i, lim := range l.limits {
+		rem := min(max(reply[2+3*i], 0), l.alg.capacity(lim))
+		retry, reset := max(reply[3+3*i], 0), max(reply[4+3*i], 0)
+		if res.Allowed && (res.Remaining < 0 || rem < res.Remaining) {
+			res.Limit = lim
+		}
+		if !res.Allowed && retry > worstRetry {
+			worstRetry = retry
+			res.Limit = lim
+			res.RetryAfter = micros(retry)
+		}
+		if res.Remaining < 0 || rem < res.Remaining {
+			res.Remaining = rem
+		}
+		res.ResetAfter = max(res.ResetAfter, micros(reset))
+	}
+	return res, reply[1], nil
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

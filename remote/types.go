@@ -1,0 +1,97 @@
+package remote
+
+import (
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+)
+
+// GCRA is a generic cell rate algorithm limiter in Redis: one integer per key
+// (the theoretical arrival time). It admits what a token bucket of the same
+// limit admits, except that its emission interval (Period/Rate) is rounded up
+// to a whole microsecond, so it may admit slightly less, never more.
+//
+// A GCRA is safe for concurrent use. Its methods are Allow, AllowN and Reset.
+type GCRA struct{ *limiter }
+
+// NewGCRA returns a GCRA limiter enforcing limit (and any WithLimits).
+// It returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit and
+// tierlimit.ErrInvalidOption for a nil client or a bad option.
+func NewGCRA(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*GCRA, error) {
+	l, err := newLimiter(rdb, gcraAlg, limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &GCRA{l}, nil
+}
+
+// FixedWindow counts events in fixed windows of one Period aligned on the
+// Unix epoch: at most Rate per window, so up to 2·Rate may pass within one
+// Period across a window boundary. A denied request may retry when its
+// window ends. Burst must be 0 (or Rate).
+//
+// A FixedWindow is safe for concurrent use. Its methods are Allow, AllowN and Reset.
+type FixedWindow struct{ *limiter }
+
+// NewFixedWindow returns a FixedWindow limiter enforcing limit (and any
+// WithLimits). Errors are as for NewGCRA.
+func NewFixedWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*FixedWindow, error) {
+	l, err := newLimiter(rdb, fixedWindowAlg, limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &FixedWindow{l}, nil
+}
+
+// AnchoredWindow counts events in a window that opens at a key's first
+// admitted event and lasts one Period: at most Rate per window. A denied
+// request is told the time left until its window ends. Burst must be 0 (or Rate).
+//
+// An AnchoredWindow is safe for concurrent use. Its methods are Allow, AllowN and Reset.
+type AnchoredWindow struct{ *limiter }
+
+// NewAnchoredWindow returns an AnchoredWindow limiter enforcing limit (and
+// any WithLimits). Errors are as for NewGCRA.
+func NewAnchoredWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*AnchoredWindow, error) {
+	l, err := newLimiter(rdb, anchoredWindowAlg, limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &AnchoredWindow{l}, nil
+}
+
+// SlidingLog keeps a sorted set of the admitted events of the last Period:
+// exactly at most Rate in any window of one Period. It costs memory in
+// Redis for every admitted event (O(Rate) per key): prefer SlidingWindow or
+// TokenBucket for large rates. Burst must be 0 (or Rate).
+//
+// A SlidingLog is safe for concurrent use. Its methods are Allow, AllowN and Reset.
+type SlidingLog struct{ *limiter }
+
+// NewSlidingLog returns a SlidingLog limiter enforcing limit (and any
+// WithLimits). Errors are as for NewGCRA.
+func NewSlidingLog(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*SlidingLog, error) {
+	l, err := newLimiter(rdb, slidingLogAlg, limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &SlidingLog{l}, nil
+}
+
+// SlidingWindow approximates a sliding window with two counters: the current
+// fixed window's and the previous one's, weighted by how much of it the
+// sliding window still covers (it assumes the previous window's events were
+// evenly spread). Constant memory per key; never more than Rate in one
+// fixed window. Burst must be 0 (or Rate).
+//
+// A SlidingWindow is safe for concurrent use. Its methods are Allow, AllowN and Reset.
+type SlidingWindow struct{ *limiter }
+
+// NewSlidingWindow returns a SlidingWindow limiter enforcing limit (and any
+// WithLimits). Errors are as for NewGCRA.
+func NewSlidingWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*SlidingWindow, error) {
+	l, err := newLimiter(rdb, slidingWindowAlg, limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &SlidingWindow{l}, nil
+}
