@@ -5,10 +5,13 @@ import (
 	"time"
 )
 
-// MaxExact is the largest integer the Lua scripts compute with exactly
-// (2^53: Redis Lua numbers are float64). Limits whose arithmetic could pass
-// it are rejected by [Limit.Validate].
-const MaxExact = 1 << 53
+// Redis Lua numbers are float64, exact for integers below 2^53. Validate
+// keeps every quantity the scripts add up below that: a period of at most
+// 2^50 µs (35 years) and a bucket of at most 2^51 units.
+const (
+	maxPeriodMicros = 1 << 50
+	maxUnits        = 1 << 51
+)
 
 // Limit is a rate: Rate events per Period, with a bucket of Burst tokens.
 // The zero value is not a valid Limit; build one with [PerSecond] and its
@@ -65,8 +68,9 @@ func (l Limit) Scale() (unit, perMicro int64) {
 //
 //   - Rate > 0, Burst >= 0, Period > 0 and a whole number of microseconds;
 //   - at most one event per microsecond (the scripts' time resolution);
-//   - Period in microseconds, and Capacity times one token's units (see
-//     [Limit.Scale]) no larger than [MaxExact], so no script overflows.
+//   - Period at most 2^50 µs, and Capacity times one token's units (see
+//     [Limit.Scale]) at most 2^51, so that the scripts' float64 arithmetic
+//     stays exact.
 func (l Limit) Validate() error {
 	switch {
 	case l.Rate <= 0:
@@ -77,16 +81,14 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: period %v must be > 0", ErrInvalidLimit, l.Period)
 	case l.Period%time.Microsecond != 0:
 		return fmt.Errorf("%w: period %v is not a whole number of microseconds", ErrInvalidLimit, l.Period)
-	case l.PeriodMicros() > MaxExact:
+	case l.PeriodMicros() > maxPeriodMicros:
 		return fmt.Errorf("%w: period %v is too long", ErrInvalidLimit, l.Period)
 	case l.Rate > l.PeriodMicros():
 		return fmt.Errorf("%w: %d per %v is finer than one event per microsecond", ErrInvalidLimit, l.Rate, l.Period)
-	case l.Capacity() > MaxExact:
-		return fmt.Errorf("%w: burst %d is too large", ErrInvalidLimit, l.Capacity())
 	}
 	unit, _ := l.Scale()
-	if l.Capacity() > MaxExact/unit {
-		return fmt.Errorf("%w: burst %d × %d units per token overflows 2^53 (use a shorter period or a rate sharing factors with it)",
+	if l.Capacity() > maxUnits/unit {
+		return fmt.Errorf("%w: burst %d × %d units per token passes 2^51 (use a shorter period, or a rate sharing more factors with it)",
 			ErrInvalidLimit, l.Capacity(), unit)
 	}
 	return nil

@@ -52,15 +52,21 @@ for i = 1, n do
     s = s + cost
     redis.call('HSET', hs, 'sum', str(s))
   elseif allowed == 0 and s + cost > rate[i] then
-    -- Walk the oldest entries until enough cost has left the window.
+    -- Walk the oldest entries, in growing batches, until enough cost has
+    -- left the window (usually the first entry does).
     local need = s + cost - rate[i]
-    local entries = redis.call('ZRANGE', zs, 0, -1, 'WITHSCORES')
-    for j = 1, #entries, 2 do
-      need = need - tonumber(string.match(entries[j], ':(%d+)$'))
-      if need <= 0 then
-        retry = tonumber(entries[j + 1]) + p[i] - now
-        break
+    local from, size = 0, 1
+    while need > 0 do
+      local entries = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
+      if #entries == 0 then break end
+      for j = 1, #entries, 2 do
+        need = need - tonumber(string.match(entries[j], ':(%d+)$'))
+        if need <= 0 then
+          retry = tonumber(entries[j + 1]) + p[i] - now
+          break
+        end
       end
+      from, size = from + size, size * 4
     end
   end
   local reset = 0

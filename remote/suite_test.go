@@ -25,7 +25,11 @@ type constructor func(rdb redis.UniversalClient, l tierlimit.Limit, opts ...Opti
 
 func ctor[T decider](f func(redis.UniversalClient, tierlimit.Limit, ...Option) (T, error)) constructor {
 	return func(rdb redis.UniversalClient, l tierlimit.Limit, opts ...Option) (decider, error) {
-		return f(rdb, l, opts...)
+		d, err := f(rdb, l, opts...)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return d, nil
 	}
 }
 

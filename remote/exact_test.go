@@ -1,0 +1,116 @@
+package remote
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+)
+
+// TestConcurrencyExact hammers one key from 3 clients × 32 goroutines for
+// about two periods, on the server's clock, and checks the number admitted
+// against each algorithm's bound: never above it, and at least 98% of it.
+func TestConcurrencyExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for ~15 s")
+	}
+	s := redistest.Start(t)
+	const (
+		clients    = 3
+		goroutines = 32
+		rate       = 300
+	)
+	rdbs := make([]*redis.Client, clients)
+	for i := range rdbs {
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: goroutines})
+		t.Cleanup(func() { rdbs[i].Close() })
+	}
+	limit := tierlimit.PerSecond(rate)
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			ds := make([]decider, clients)
+			for i := range ds {
+				d, err := alg.new(rdbs[i], limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ds[i] = d
+			}
+			// Start on a window boundary of the server's clock and stop
+			// early enough that calls in flight end before the second
+			// window does.
+			start := alignToServerSecond(t, rdbs[0])
+			deadline := start.Add(2*time.Second - 100*time.Millisecond)
+			var admitted, calls atomic.Int64
+			var wg sync.WaitGroup
+			for c := 0; c < clients; c++ {
+				for g := 0; g < goroutines; g++ {
+					wg.Add(1)
+					go func(d decider) {
+						defer wg.Done()
+						for time.Now().Before(deadline) {
+							r, err := d.Allow(context.Background(), "hot")
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							calls.Add(1)
+							if r.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}(ds[c])
+				}
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			bound := exactBound(alg.name, limit, elapsed)
+			got := admitted.Load()
+			t.Logf("%s: %d admitted of %d calls in %v; bound %d (%.1f%%)",
+				alg.name, got, calls.Load(), elapsed.Round(time.Millisecond), bound, 100*float64(got)/float64(bound))
+			if calls.Load() < 3*bound {
+				t.Logf("demand only %d calls for a bound of %d: the machine is slow", calls.Load(), bound)
+			}
+			if got > bound {
+				t.Errorf("admitted %d > bound %d", got, bound)
+			}
+			if float64(got) < 0.98*float64(bound) {
+				t.Errorf("admitted %d < 98%% of bound %d", got, bound)
+			}
+		})
+	}
+}
+
+// exactBound is the most an algorithm may admit, and under saturating demand
+// does admit, over elapsed starting on a window boundary.
+func exactBound(alg string, l tierlimit.Limit, elapsed time.Duration) int64 {
+	periods := float64(elapsed) / float64(l.Period)
+	switch alg {
+	case "TokenBucket", "GCRA":
+		return l.Capacity() + int64(float64(l.Rate)*periods)
+	case "SlidingWindow":
+		// Rate in the first window; in each later one the previous window's
+		// weight leaves room for Rate × (time into the window) / Period.
+		return int64(float64(l.Rate)*max(1, periods)) + 1
+	default: // Rate in each window the run touches
+		return l.Rate * (int64(periods) + 1)
+	}
+}
+
+// alignToServerSecond waits until just after the Redis server's clock
+// crosses a whole second and returns the local time of that crossing.
+func alignToServerSecond(t *testing.T, rdb *redis.Client) time.Time {
+	t.Helper()
+	now, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := now.Truncate(time.Second).Add(time.Second).Sub(now)
+	time.Sleep(wait + 2*time.Millisecond)
+	return time.Now().Add(-2 * time.Millisecond)
+}

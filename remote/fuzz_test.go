@@ -1,0 +1,71 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+)
+
+// FuzzAllowN drives every algorithm with arbitrary limits, costs, keys and
+// time steps on miniredis: no panic, bad input gives a typed error, and a
+// decision's Remaining stays within [0, capacity].
+func FuzzAllowN(f *testing.F) {
+	f.Add(uint8(0), int64(10), int64(1_000_000), int64(0), "k", int64(1), int64(0), int64(3))
+	f.Add(uint8(1), int64(3), int64(1_000_000), int64(5), "a{b}", int64(5), int64(333_333), int64(2))
+	f.Add(uint8(2), int64(1), int64(1), int64(0), "\xff", int64(1), int64(1), int64(0))
+	f.Add(uint8(5), int64(999_983), int64(86_400_000_000), int64(0), "}{", int64(999_983), int64(1), int64(7))
+	f.Add(uint8(4), int64(-1), int64(-1), int64(-1), "", int64(-1), int64(-1), int64(-1))
+	f.Add(uint8(3), int64(7), int64(1<<50), int64(0), "x", int64(8), int64(1<<40), int64(1))
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		f.Fatal(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	f.Fuzz(func(t *testing.T, alg uint8, rate, periodMicros, burst int64, key string, n, stepMicros, repeat int64) {
+		a := algorithms[int(alg)%len(algorithms)]
+		limit := tierlimit.Limit{Rate: rate, Period: time.Duration(periodMicros) * time.Microsecond, Burst: burst}
+		if periodMicros > 1<<53 || periodMicros < -(1<<53) {
+			limit.Period = time.Duration(periodMicros) // keep overflowing inputs overflowing
+		}
+		d, err := a.new(rdb, limit)
+		if err != nil {
+			if !errors.Is(err, tierlimit.ErrInvalidLimit) {
+				t.Fatalf("%s: New(%+v) = %v, want ErrInvalidLimit", a.name, limit, err)
+			}
+			return
+		}
+		capacity := limit.Capacity()
+		if a.windowed {
+			capacity = limit.Rate
+		}
+		now := time.Unix(1_700_000_000, 0)
+		m.SetTime(now)
+		for i := int64(0); i <= repeat%8; i++ {
+			r, err := d.AllowN(context.Background(), key, n)
+			switch {
+			case err != nil:
+				if !errors.Is(err, tierlimit.ErrInvalidKey) && !errors.Is(err, tierlimit.ErrInvalidCost) {
+					t.Fatalf("%s %v: AllowN(%q, %d) = %v, want a typed error", a.name, limit, key, n, err)
+				}
+				return
+			case r.Remaining < 0 || r.Remaining > capacity:
+				t.Fatalf("%s %v: AllowN(%q, %d) Remaining = %d, want within [0, %d]", a.name, limit, key, n, r.Remaining, capacity)
+			case r.RetryAfter < 0 || r.ResetAfter < 0:
+				t.Fatalf("%s %v: negative durations %+v", a.name, limit, r)
+			case r.Allowed != (r.RetryAfter == 0):
+				t.Fatalf("%s %v: Allowed %v with RetryAfter %v", a.name, limit, r.Allowed, r.RetryAfter)
+			}
+			if stepMicros > 0 {
+				now = now.Add(time.Duration(stepMicros%(1<<40)) * time.Microsecond)
+				m.SetTime(now)
+			}
+		}
+	})
+}

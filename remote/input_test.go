@@ -1,0 +1,103 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+)
+
+// TestBadInput checks every bad input of every limiter against its error.
+// Validation happens before any network call, so the client points nowhere.
+func TestBadInput(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	ok := tierlimit.PerSecond(10)
+	constructs := []struct {
+		name  string
+		rdb   redis.UniversalClient
+		limit tierlimit.Limit
+		opts  []Option
+		want  error
+	}{
+		{"nil client", nil, ok, nil, tierlimit.ErrInvalidOption},
+		{"zero limit", rdb, tierlimit.Limit{}, nil, tierlimit.ErrInvalidLimit},
+		{"negative rate", rdb, tierlimit.Limit{Rate: -5, Period: time.Second}, nil, tierlimit.ErrInvalidLimit},
+		{"zero period", rdb, tierlimit.Limit{Rate: 5}, nil, tierlimit.ErrInvalidLimit},
+		{"negative burst", rdb, ok.WithBurst(-1), nil, tierlimit.ErrInvalidLimit},
+		{"nanosecond period", rdb, tierlimit.Limit{Rate: 1, Period: time.Nanosecond}, nil, tierlimit.ErrInvalidLimit},
+		{"finer than resolution", rdb, tierlimit.PerSecond(2_000_000), nil, tierlimit.ErrInvalidLimit},
+		{"overflowing rate", rdb, tierlimit.Limit{Rate: math.MaxInt64, Period: time.Second}, nil, tierlimit.ErrInvalidLimit},
+		{"overflowing period", rdb, tierlimit.Limit{Rate: 1, Period: math.MaxInt64}, nil, tierlimit.ErrInvalidLimit},
+		{"overflowing burst", rdb, ok.WithBurst(math.MaxInt64), nil, tierlimit.ErrInvalidLimit},
+		{"bad extra limit", rdb, ok, []Option{WithLimits(tierlimit.Limit{Rate: 1})}, tierlimit.ErrInvalidLimit},
+		{"brace in prefix", rdb, ok, []Option{WithPrefix("a{b}")}, tierlimit.ErrInvalidOption},
+		{"long prefix", rdb, ok, []Option{WithPrefix(strings.Repeat("p", 65))}, tierlimit.ErrInvalidOption},
+		{"nil clock", rdb, ok, []Option{WithClientClock(nil)}, tierlimit.ErrInvalidOption},
+		{"nil option", rdb, ok, []Option{nil}, tierlimit.ErrInvalidOption},
+	}
+	for _, alg := range algorithms {
+		for _, tt := range constructs {
+			d, err := alg.new(tt.rdb, tt.limit, tt.opts...)
+			if !errors.Is(err, tt.want) || d != nil {
+				t.Errorf("%s: New(%s) = %v, %v; want nil, %v", alg.name, tt.name, d, err, tt.want)
+			}
+		}
+		if alg.windowed {
+			if _, err := alg.new(rdb, ok.WithBurst(20)); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+				t.Errorf("%s: burst on a window = %v, want ErrInvalidLimit", alg.name, err)
+			}
+		}
+
+		d, err := alg.new(rdb, ok, WithLimits(tierlimit.PerMinute(100).WithBurst(8)))
+		if alg.windowed {
+			d, err = alg.new(rdb, ok, WithLimits(tierlimit.Limit{Rate: 8, Period: time.Minute}))
+		}
+		if err != nil {
+			t.Fatalf("%s: New = %v", alg.name, err)
+		}
+		ctx := context.Background()
+		calls := []struct {
+			name string
+			key  string
+			n    int64
+			want error
+		}{
+			{"empty key", "", 1, tierlimit.ErrInvalidKey},
+			{"long key", strings.Repeat("k", tierlimit.MaxKeyLen+1), 1, tierlimit.ErrInvalidKey},
+			{"negative cost", "k", -1, tierlimit.ErrInvalidCost},
+			{"cost over the smallest burst", "k", 9, tierlimit.ErrInvalidCost},
+			{"max cost", "k", math.MaxInt64, tierlimit.ErrInvalidCost},
+			{"min cost", "k", math.MinInt64, tierlimit.ErrInvalidCost},
+		}
+		for _, c := range calls {
+			if _, err := d.AllowN(ctx, c.key, c.n); !errors.Is(err, c.want) {
+				t.Errorf("%s: AllowN(%s) = %v, want %v", alg.name, c.name, err, c.want)
+			}
+		}
+		if err := d.Reset(ctx, ""); !errors.Is(err, tierlimit.ErrInvalidKey) {
+			t.Errorf("%s: Reset(\"\") = %v, want ErrInvalidKey", alg.name, err)
+		}
+	}
+
+	b, err := NewTokenBucket(rdb, ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := []Claim{{Min: 2, Want: 1}, {Min: -1, Want: 1}, {Want: 11}, {Want: 1, Refund: -1}, {Want: 1, Refund: 11}}
+	for _, c := range claims {
+		if _, _, err := b.Lease(context.Background(), "k", c); !errors.Is(err, tierlimit.ErrInvalidCost) {
+			t.Errorf("Lease(%+v) = %v, want ErrInvalidCost", c, err)
+		}
+	}
+	for _, r := range []Refund{{Key: "", N: 1}, {Key: "k", N: -1}, {Key: "k", N: 11}} {
+		if err := b.Refund(context.Background(), r); err == nil {
+			t.Errorf("Refund(%+v) = nil, want an error", r)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package remote
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+)
+
+func TestLease(t *testing.T) {
+	b := miniBackend(t)
+	b.set(t0)
+	tb, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	peek := func() int64 {
+		t.Helper()
+		r, err := tb.AllowN(ctx, "k", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Remaining
+	}
+	steps := []struct {
+		claim   Claim
+		granted int64
+		allowed bool
+		left    int64
+	}{
+		{Claim{Min: 1, Want: 6}, 6, true, 4},
+		{Claim{Min: 5, Want: 8}, 0, false, 4}, // too few: nothing taken
+		{Claim{Min: 1, Want: 8}, 4, true, 0},
+		{Claim{Min: 1, Want: 1, Refund: 3}, 1, true, 2}, // refund first, then claim
+		{Claim{Refund: 10}, 0, true, 10},                // capped at capacity
+	}
+	for i, s := range steps {
+		got, r, err := tb.Lease(ctx, "k", s.claim)
+		if err != nil {
+			t.Fatalf("step %d: Lease(%+v) = %v", i, s.claim, err)
+		}
+		if got != s.granted || r.Allowed != s.allowed || peek() != s.left {
+			t.Errorf("step %d: Lease(%+v) = %d, allowed %v, %d left; want %d, %v, %d left",
+				i, s.claim, got, r.Allowed, peek(), s.granted, s.allowed, s.left)
+		}
+		if !r.Allowed && r.RetryAfter != 100*time.Millisecond {
+			t.Errorf("step %d: RetryAfter = %v, want 100ms (one token at 10/s)", i, r.RetryAfter)
+		}
+	}
+}
+
+func TestRefundBatch(t *testing.T) {
+	b := miniBackend(t)
+	b.set(t0)
+	tb, err := NewTokenBucket(b.rdb, tierlimit.PerMinute(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	keys := []string{"a", "b", "c"}
+	for _, k := range keys {
+		if _, err := tb.AllowN(ctx, k, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.Refund(ctx, Refund{"a", 1}, Refund{"b", 5}, Refund{"c", 10}); err != nil {
+		t.Fatalf("Refund = %v", err)
+	}
+	for i, want := range []int64{1, 5, 10} {
+		r, _ := tb.AllowN(ctx, keys[i], 0)
+		if r.Remaining != want {
+			t.Errorf("after refund, %s has %d, want %d", keys[i], r.Remaining, want)
+		}
+	}
+}
+
+// TestNoScript flushes the script cache in the middle of a run: callers see
+// no error, and pipelined refunds are applied exactly once.
+func TestNoScript(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := context.Background()
+	limits := []decider{}
+	for _, alg := range algorithms {
+		d, err := alg.new(rdb, tierlimit.PerMinute(1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits = append(limits, d)
+	}
+	for i := 0; i < 60; i++ {
+		if i%20 == 10 {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j, d := range limits {
+			if _, err := d.Allow(ctx, "k"); err != nil {
+				t.Fatalf("%s: Allow after SCRIPT FLUSH = %v", algorithms[j].name, err)
+			}
+		}
+	}
+
+	tb, err := NewTokenBucket(rdb, tierlimit.PerHour(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.AllowN(ctx, "x", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.AllowN(ctx, "y", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Refund(ctx, Refund{"x", 7}, Refund{"y", 9}); err != nil {
+		t.Fatalf("Refund after SCRIPT FLUSH = %v", err)
+	}
+	for k, want := range map[string]int64{"x": 7, "y": 9} {
+		if r, _ := tb.AllowN(ctx, k, 0); r.Remaining != want {
+			t.Errorf("%s has %d after refund, want %d (a refund applied twice or lost)", k, r.Remaining, want)
+		}
+	}
+	assertTTLs(t, rdb)
+}
