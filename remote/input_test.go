@@ -96,7 +96,7 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	for _, r := range []Refund{{Key: "", N: 1}, {Key: "k", N: -1}, {Key: "k", N: 11}} {
-		if err := b.Refund(context.Background(), r); err == nil {
+		if failed, err := b.Refund(context.Background(), r); err == nil || len(failed) != 1 {
 			t.Errorf("Refund(%+v) = nil, want an error", r)
 		}
 	}

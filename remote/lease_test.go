@@ -66,7 +66,7 @@ func TestRefundBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := tb.Refund(ctx, Refund{"a", 1}, Refund{"b", 5}, Refund{"c", 10}); err != nil {
+	if _, err := tb.Refund(ctx, Refund{"a", 1}, Refund{"b", 5}, Refund{"c", 10}); err != nil {
 		t.Fatalf("Refund = %v", err)
 	}
 	for i, want := range []int64{1, 5, 10} {
@@ -117,7 +117,7 @@ func TestNoScript(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.Refund(ctx, Refund{"x", 7}, Refund{"y", 9}); err != nil {
+	if _, err := tb.Refund(ctx, Refund{"x", 7}, Refund{"y", 9}); err != nil {
 		t.Fatalf("Refund after SCRIPT FLUSH = %v", err)
 	}
 	for k, want := range map[string]int64{"x": 7, "y": 9} {

@@ -74,12 +74,13 @@ type Refund struct {
 }
 
 // Refund gives tokens back to their buckets, capped at capacity, in one
-// pipelined round trip (one per Cluster node). It reports the refunds that
-// failed; the others are applied.
-func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) error {
+// pipelined round trip (one per Cluster node). It returns the refunds that
+// failed, with the reasons joined in err; the others are applied. Bad input
+// fails all of them before any is sent.
+func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) (failed []Refund, err error) {
 	for _, r := range refunds {
 		if err := b.check(r.Key, r.N); err != nil {
-			return err
+			return refunds, err
 		}
 	}
 	cmds := b.refund(ctx, refunds, nil)
@@ -99,10 +100,11 @@ func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) error {
 	var errs []error
 	for i, c := range cmds {
 		if c.Err() != nil {
+			failed = append(failed, refunds[i])
 			errs = append(errs, fmt.Errorf("remote: refund %d to %q: %w", refunds[i].N, refunds[i].Key, c.Err()))
 		}
 	}
-	return errors.Join(errs...)
+	return failed, errors.Join(errs...)
 }
 
 // refund pipelines the refunds with EVALSHA, or with EVAL those at index in only.

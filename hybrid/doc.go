@@ -1,0 +1,28 @@
+// Package hybrid is a distributed rate limiter that decides most requests in
+// process while the fleet never admits more than one Redis token bucket.
+//
+// An instance leases batches of tokens from the Redis token bucket (package
+// remote) with one Lua call: tokens are debited in Redis before they are
+// spent locally, so whatever the instances do with them, the fleet admits at
+// most what the bucket allows. A [Limiter] decides, for each AllowN:
+//
+//  1. Lease: if the key holds a local lease with n tokens, take them with an
+//     atomic operation and allow (Source local). No clock read, no allocation.
+//  2. Known-blocked: if Redis recently had no tokens for the key, deny locally
+//     until the tokens it needs can have accrued (Source blocked).
+//  3. Otherwise claim a lease from Redis: between n and the lease size, in one
+//     call that concurrent callers of the key share (Source remote).
+//
+// A hot key's lease is refilled in the background when it runs low, so its
+// callers do not wait for Redis. The lease size follows the key's local
+// demand (about one refill interval of it), bounded by WithLeaseBounds and
+// capped relative to the burst; tiny limits lease exactly what each call
+// asks (exact mode). Unspent tokens go back to Redis (a pipelined refund)
+// when a lease expires, is evicted from the bounded cache, on Reset and on
+// Close; Stats keeps the ledger leased = spent + refunded + lost + held.
+//
+// When Redis fails, decisions fall back to an in-process limiter (package
+// local) and no Redis error reaches the caller: see WithFallback.
+//
+// docs/design.md states the guarantees with their proofs and bounds.
+package hybrid

@@ -1,0 +1,384 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+)
+
+// callCounter is a go-redis hook counting script calls (EVALSHA, EVAL),
+// pipelined or not.
+type callCounter struct{ n atomic.Int64 }
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (c *callCounter) count(cmd redis.Cmder) {
+	if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		c.n.Add(1)
+	}
+}
+
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *stepClock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+// env is a limiter on miniredis whose server clock and local clock move
+// together, only when the test says.
+type env struct {
+	m      *miniredis.Miniredis
+	rdb    *redis.Client
+	clock  *stepClock
+	calls  *callCounter
+	ctx    context.Context
+	bucket tierlimit.Limit
+}
+
+func newEnv(t testing.TB) *env {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	calls := &callCounter{}
+	rdb.AddHook(calls)
+	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	m.SetTime(clock.Now())
+	return &env{m: m, rdb: rdb, clock: clock, calls: calls, ctx: context.Background()}
+}
+
+func (e *env) step(d time.Duration) { e.m.SetTime(e.clock.Add(d)) }
+
+func (e *env) limiter(t testing.TB, limit tierlimit.Limit, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(e.rdb, limit, append([]Option{WithClock(e.clock)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	e.bucket = limit
+	return l
+}
+
+// level peeks at the tokens Redis holds for key, through a plain bucket.
+func (e *env) level(t testing.TB, l *Limiter, key string) int64 {
+	t.Helper()
+	r, err := l.bucket.AllowN(e.ctx, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Remaining
+}
+
+func checkLedger(t testing.TB, s Stats, spent int64) {
+	t.Helper()
+	if s.Leased != s.Spent+s.Refunded+s.Lost+s.Held {
+		t.Errorf("ledger: leased %d != spent %d + refunded %d + lost %d + held %d",
+			s.Leased, s.Spent, s.Refunded, s.Lost, s.Held)
+	}
+	if s.Spent != spent {
+		t.Errorf("Stats.Spent = %d, want %d (admitted)", s.Spent, spent)
+	}
+}
+
+func TestHotKeyLeases(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(1000))
+	admitted := int64(0)
+	for i := 0; i < 3000; i++ {
+		r, err := l.Allow(e.ctx, "hot")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+		if i%10 == 0 {
+			e.step(time.Millisecond) // demand: 10 per ms, 10x the limit
+		}
+	}
+	// Server time moved 300 ms: at most 1000 + 300 tokens exist.
+	if admitted > 1300 {
+		t.Errorf("admitted %d > bucket bound 1300", admitted)
+	}
+	if admitted < 1200 {
+		t.Errorf("admitted %d < 1200 (92%% of the bucket bound)", admitted)
+	}
+	calls := e.calls.n.Load()
+	t.Logf("3000 decisions, %d admitted, %d Redis calls, stats %+v", admitted, calls, l.Stats())
+	if calls > 60 {
+		t.Errorf("%d Redis calls for 3000 decisions, want <= 60 (20 per 1000)", calls)
+	}
+}
+
+func TestBlockedKeyMakesNoRedisCall(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerMinute(5)) // tiny: exact mode
+	for i := 0; i < 5; i++ {
+		if r, _ := l.Allow(e.ctx, "k"); !r.Allowed {
+			t.Fatalf("call %d denied", i)
+		}
+	}
+	r, _ := l.Allow(e.ctx, "k")
+	if r.Allowed || r.Source != tierlimit.SourceRemote || r.RetryAfter != 12*time.Second {
+		t.Fatalf("6th call = %+v, want denied by remote with RetryAfter 12s", r)
+	}
+	before := e.calls.n.Load()
+	for i := 0; i < 100; i++ {
+		e.step(100 * time.Millisecond) // 10 s in all, less than RetryAfter
+		r, _ := l.Allow(e.ctx, "k")
+		if r.Allowed || r.Source != tierlimit.SourceBlocked {
+			t.Fatalf("blocked call %d = %+v, want denied locally", i, r)
+		}
+	}
+	if got := e.calls.n.Load() - before; got != 0 {
+		t.Errorf("%d Redis calls while the key was blocked, want 0", got)
+	}
+	e.step(2 * time.Second)
+	if r, _ := l.Allow(e.ctx, "k"); !r.Allowed || r.Source != tierlimit.SourceRemote {
+		t.Errorf("after RetryAfter: %+v, want allowed by remote", r)
+	}
+}
+
+// TestLedger spends part of several leases, closes the limiter and checks
+// that Redis holds exactly capacity - spent for each key.
+func TestLedger(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerHour(1000)
+	l := e.limiter(t, limit, WithLeaseBounds(50, 100))
+	spent := map[string]int64{}
+	var total int64
+	for i := 0; i < 500; i++ {
+		key := fmt.Sprint("k", i%7)
+		n := int64(1 + i%3)
+		if r, _ := l.AllowN(e.ctx, key, n); r.Allowed {
+			spent[key] += n
+			total += n
+		}
+	}
+	checkLedger(t, l.Stats(), total)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	checkLedger(t, s, total)
+	if s.Held != 0 || s.Lost != 0 {
+		t.Errorf("after Close: held %d, lost %d; want 0, 0", s.Held, s.Lost)
+	}
+	plain := e.limiter(t, limit)
+	for key, n := range spent {
+		if got, want := e.level(t, plain, key), limit.Capacity()-n; got != want {
+			t.Errorf("%s: Redis holds %d, want %d (capacity - spent)", key, got, want)
+		}
+	}
+}
+
+// TestTinyCacheLosesNoTokens forces ristretto to evict and reject entries
+// holding leases: every token is refunded.
+func TestTinyCacheLosesNoTokens(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerHour(1000)
+	l := e.limiter(t, limit, WithMaxKeys(2), WithLeaseBounds(20, 50))
+	spent := map[string]int64{}
+	var total int64
+	for i := 0; i < 2000; i++ {
+		key := fmt.Sprint("k", (i*7)%40)
+		if r, _ := l.Allow(e.ctx, key); r.Allowed {
+			spent[key]++
+			total++
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	checkLedger(t, s, total)
+	if s.Lost != 0 || s.Held != 0 {
+		t.Errorf("lost %d, held %d; want 0, 0", s.Lost, s.Held)
+	}
+	plain := e.limiter(t, limit)
+	for i := 0; i < 40; i++ {
+		key := fmt.Sprint("k", i)
+		if got, want := e.level(t, plain, key), limit.Capacity()-spent[key]; got != want {
+			t.Errorf("%s: Redis holds %d, want %d", key, got, want)
+		}
+	}
+}
+
+// TestLeaseExpiryRefunds checks that the janitor refunds a lease once its
+// TTL passes.
+func TestLeaseExpiryRefunds(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerHour(1000)
+	l := e.limiter(t, limit, WithLeaseBounds(100, 100), WithLeaseTTL(time.Second))
+	if r, _ := l.Allow(e.ctx, "k"); !r.Allowed {
+		t.Fatal("denied")
+	}
+	if got := l.Stats().Held; got != 99 {
+		t.Fatalf("held %d, want 99", got)
+	}
+	e.step(2 * time.Second) // ticks are real time; expiry is on the clock
+	if err := l.refundHeld(e.clock.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Held != 0 || s.Refunded != 99 {
+		t.Errorf("after expiry: held %d, refunded %d; want 0, 99", s.Held, s.Refunded)
+	}
+}
+
+func TestResetAndPeek(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(10, 10))
+	for i := 0; i < 100; i++ {
+		l.Allow(e.ctx, "k")
+	}
+	if r, _ := l.Allow(e.ctx, "k"); r.Allowed {
+		t.Fatal("101st call allowed")
+	}
+	if r, _ := l.AllowN(e.ctx, "k", 0); !r.Allowed || r.Remaining != 0 {
+		t.Errorf("peek = %+v, want allowed with 0 remaining", r)
+	}
+	if err := l.Reset(e.ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := l.AllowN(e.ctx, "k", 0); r.Remaining != 100 {
+		t.Errorf("peek after Reset: remaining %d, want 100", r.Remaining)
+	}
+	if r, _ := l.AllowN(e.ctx, "k", 100); !r.Allowed {
+		t.Errorf("after Reset: AllowN(100) = %+v, want allowed", r)
+	}
+}
+
+func TestFallbackWhenRedisIsGone(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(10), WithFallback(tierlimit.PerSecond(3)))
+	e.m.Close()
+	for i := 0; i < 5; i++ {
+		r, err := l.Allow(e.ctx, "k")
+		if err != nil {
+			t.Fatalf("Allow with Redis down = %v, want no error", err)
+		}
+		if want := i < 3; r.Allowed != want || r.Source != tierlimit.SourceFallback {
+			t.Errorf("call %d = %v from %v, want %v from fallback", i, r.Allowed, r.Source, want)
+		}
+	}
+	if r, _ := l.AllowN(e.ctx, "big", 5); r.Allowed {
+		t.Errorf("AllowN(5) over the fallback's burst of 3 = allowed, want denied")
+	}
+	if s := l.Stats(); s.RedisErrors == 0 || s.Fallback != 6 {
+		t.Errorf("stats %+v, want Redis errors and 6 fallback decisions", s)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	ok := tierlimit.PerSecond(100)
+	news := []struct {
+		name  string
+		rdb   redis.UniversalClient
+		limit tierlimit.Limit
+		opts  []Option
+		want  error
+	}{
+		{"nil client", nil, ok, nil, tierlimit.ErrInvalidOption},
+		{"zero limit", e.rdb, tierlimit.Limit{}, nil, tierlimit.ErrInvalidLimit},
+		{"overflow", e.rdb, ok.WithBurst(1 << 62), nil, tierlimit.ErrInvalidLimit},
+		{"nil option", e.rdb, ok, []Option{nil}, tierlimit.ErrInvalidOption},
+		{"lease lo 0", e.rdb, ok, []Option{WithLeaseBounds(0, 5)}, tierlimit.ErrInvalidOption},
+		{"lease hi < lo", e.rdb, ok, []Option{WithLeaseBounds(5, 4)}, tierlimit.ErrInvalidOption},
+		{"lease over burst", e.rdb, ok, []Option{WithLeaseBounds(1, 101)}, tierlimit.ErrInvalidOption},
+		{"ttl", e.rdb, ok, []Option{WithLeaseTTL(time.Millisecond)}, tierlimit.ErrInvalidOption},
+		{"refill", e.rdb, ok, []Option{WithRefillInterval(0)}, tierlimit.ErrInvalidOption},
+		{"budget", e.rdb, ok, []Option{WithCallBudget(time.Hour)}, tierlimit.ErrInvalidOption},
+		{"max keys", e.rdb, ok, []Option{WithMaxKeys(0)}, tierlimit.ErrInvalidOption},
+		{"prefix", e.rdb, ok, []Option{WithPrefix("{")}, tierlimit.ErrInvalidOption},
+		{"clock", e.rdb, ok, []Option{WithClock(nil)}, tierlimit.ErrInvalidOption},
+		{"fallback", e.rdb, ok, []Option{WithFallback(tierlimit.Limit{})}, tierlimit.ErrInvalidLimit},
+	}
+	for _, tt := range news {
+		if l, err := New(tt.rdb, tt.limit, tt.opts...); !errors.Is(err, tt.want) || l != nil {
+			t.Errorf("New(%s) = %v, %v; want nil, %v", tt.name, l, err, tt.want)
+		}
+	}
+	l := e.limiter(t, ok)
+	cancelled, cancel := context.WithCancel(e.ctx)
+	cancel()
+	calls := []struct {
+		name string
+		ctx  context.Context
+		key  string
+		n    int64
+		want error
+	}{
+		{"empty key", e.ctx, "", 1, tierlimit.ErrInvalidKey},
+		{"long key", e.ctx, strings.Repeat("k", tierlimit.MaxKeyLen+1), 1, tierlimit.ErrInvalidKey},
+		{"negative", e.ctx, "k", -1, tierlimit.ErrInvalidCost},
+		{"over burst", e.ctx, "k", 101, tierlimit.ErrInvalidCost},
+		{"cancelled", cancelled, "k", 1, context.Canceled},
+	}
+	for _, c := range calls {
+		if _, err := l.AllowN(c.ctx, c.key, c.n); !errors.Is(err, c.want) {
+			t.Errorf("AllowN(%s) = %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func TestCloseTwiceAndNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	e := newEnv(t)
+	l, err := New(e.rdb, tierlimit.PerSecond(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 1000; i++ {
+		l.Allow(e.ctx, fmt.Sprint("k", i%10))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	if _, err := l.Allow(e.ctx, "k"); !errors.Is(err, tierlimit.ErrClosed) {
+		t.Errorf("Allow after Close = %v, want ErrClosed", err)
+	}
+	e.rdb.Close()
+	e.m.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines after Close, %d before:\n%s", after, before, buf[:runtime.Stack(buf, true)])
+	}
+}

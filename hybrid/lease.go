@@ -1,0 +1,271 @@
+package hybrid
+
+import (
+	"context"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// entry is the in-process state of one key. Its fields are atomics: the hot
+// path reads and spends without a lock.
+type entry struct {
+	key string
+
+	tokens       atomicInt // leased tokens not yet spent
+	blockedUntil atomicInt // ns: Redis cannot grant n tokens before then
+	expires      atomicInt // ns: unspent tokens are refunded then
+	remote       atomicInt // Redis's Remaining at the last claim
+	lastSize     atomicInt // tokens granted by the last claim
+	demand       atomicInt // tokens spent since the last claim
+	lastClaim    atomicInt // ns of the last claim
+	refilling    atomicBool
+	evicted      atomicBool // ristretto dropped e: refund its tokens, refill it no more
+}
+
+// spend takes n tokens from e's lease if it holds them.
+func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+	left := e.tokens.Load()
+	for {
+		if left < n {
+			return tierlimit.Result{}, false
+		}
+		if e.tokens.CompareAndSwap(left, left-n) {
+			break
+		}
+		left = e.tokens.Load()
+	}
+	left -= n
+	e.demand.Add(n)
+	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
+		l.refill(e)
+	}
+	remaining := min(left+e.remote.Load(), l.limit.Capacity())
+	return l.record(tierlimit.Result{
+		Allowed:    true,
+		Limit:      l.limit,
+		Remaining:  remaining,
+		ResetAfter: time.Duration(l.limit.Capacity()-remaining) * l.limit.Every(),
+		Source:     src,
+	}), true
+}
+
+// blocked returns a denial from src while Redis is known to hold fewer than
+// n tokens for e's key.
+func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+	until := e.blockedUntil.Load()
+	if until == 0 || n == 0 {
+		return tierlimit.Result{}, false
+	}
+	now := l.now()
+	if now >= until {
+		return tierlimit.Result{}, false
+	}
+	held := e.tokens.Load()
+	return tierlimit.Result{
+		Limit:      l.limit,
+		Remaining:  held,
+		RetryAfter: time.Duration(until - now),
+		ResetAfter: time.Duration(l.limit.Capacity()-held) * l.limit.Every(),
+		Source:     src,
+	}, true
+}
+
+// claim decides a call the lease could not: one Redis call per key at a
+// time, shared by the callers waiting on it.
+func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if n == 0 {
+		return l.peek(ctx, key)
+	}
+	// A claim shared with other callers may leave too few tokens for this
+	// one: claim again, a bounded number of times.
+	for attempt := 0; attempt < 4; attempt++ {
+		v, err, _ := l.flights.Do(key, func() (any, error) { return l.lease(ctx, key, n) })
+		if err != nil {
+			return l.fall(ctx, key, n)
+		}
+		e := v.(*entry)
+		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
+			return res, nil
+		}
+		if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
+			return l.record(res), nil
+		}
+		if err := ctx.Err(); err != nil {
+			return tierlimit.Result{}, err
+		}
+	}
+	// Other callers keep taking what is claimed: deny this one briefly.
+	return l.record(tierlimit.Result{
+		Limit: l.limit, RetryAfter: l.limit.Every(), Source: tierlimit.SourceRemote,
+		ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+	}), nil
+}
+
+// lease claims tokens for key into its entry: at least n (or nothing), at
+// most the lease size. It returns the entry.
+func (l *Limiter) lease(ctx context.Context, key string, n int64) (*entry, error) {
+	e := l.entry(key)
+	if e.tokens.Load() >= n {
+		return e, nil // a refill landed meanwhile
+	}
+	if err := l.claimInto(ctx, e, n); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// claimInto asks Redis for between lo and the lease size tokens for e.
+func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
+	now := l.now()
+	want := l.size(e, lo, now)
+	cctx, cancel := l.budget(ctx)
+	granted, res, err := l.bucket.Lease(cctx, e.key, remote.Claim{Min: lo, Want: want})
+	cancel()
+	l.stats.redisCalls.Add(1)
+	if err != nil {
+		l.stats.redisErrors.Add(1)
+		return err
+	}
+	e.remote.Store(res.Remaining)
+	e.demand.Store(0)
+	e.lastClaim.Store(now)
+	if granted > 0 {
+		l.stats.leased.Add(granted)
+		e.lastSize.Store(granted)
+		if !e.evicted.Load() {
+			e.expires.Store(now + int64(l.cfg.leaseTTL))
+		}
+		e.tokens.Add(granted)
+		l.hold(e)
+	}
+	if res.Allowed {
+		e.blockedUntil.Store(0)
+	} else {
+		e.blockedUntil.Store(now + int64(l.blockFor(res)))
+	}
+	return nil
+}
+
+// size returns how many tokens to ask for: about one refill interval of the
+// key's recent local demand, within the lease bounds, and at least lo.
+func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
+	want := l.cfg.minLease
+	if last := e.lastClaim.Load(); last > 0 && now > last {
+		perNs := float64(e.demand.Load()) / float64(now-last)
+		want = int64(perNs*float64(l.cfg.refillInterval)) + 1
+	}
+	return max(lo, min(max(want, l.cfg.minLease), l.cfg.maxLease))
+}
+
+// blockFor is how long a denied key stays blocked: until the tokens asked
+// for can have accrued, and, when leases are batched, long enough for a full
+// lease to accrue (fewer Redis calls), but never so long that the bucket
+// could fill up and waste refill.
+func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
+	d := res.RetryAfter
+	if l.cfg.maxLease > 1 {
+		batch := time.Duration(l.cfg.maxLease) * l.limit.Every()
+		headroom := time.Duration(l.limit.Capacity()-res.Remaining) * l.limit.Every() / 2
+		d = max(d, min(batch, headroom))
+	}
+	return d
+}
+
+// peek answers n == 0: what the lease and Redis hold, charging nothing.
+func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error) {
+	cctx, cancel := l.budget(ctx)
+	res, err := l.bucket.AllowN(cctx, key, 0)
+	cancel()
+	l.stats.redisCalls.Add(1)
+	if err != nil {
+		l.stats.redisErrors.Add(1)
+		return l.fall(ctx, key, 0)
+	}
+	return l.record(res), nil
+}
+
+// fall decides with the in-process fallback limiter.
+func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if e, ok := l.cache.Get(key); ok {
+		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
+			return res, nil // a lease still held is spent first
+		}
+	}
+	fb := l.fallback.Limit()
+	if n > fb.Capacity() {
+		// More than the fallback's burst can never pass it: deny, never
+		// charge a part.
+		return l.record(tierlimit.Result{Limit: fb, RetryAfter: fb.Period, Source: tierlimit.SourceFallback}), nil
+	}
+	res, err := l.fallback.AllowN(ctx, key, n)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
+	res.Source = tierlimit.SourceFallback
+	return l.record(res), nil
+}
+
+// entry returns key's entry, creating and caching it if needed.
+func (l *Limiter) entry(key string) *entry {
+	if e, ok := l.cache.Get(key); ok {
+		return e
+	}
+	e := &entry{key: key}
+	// Wait makes the entry visible to the next Get. If ristretto refuses or
+	// drops it, the entry still serves this claim and its tokens are in
+	// held: the janitor refunds them.
+	if l.cache.Set(key, e, 1) {
+		l.cache.Wait()
+	}
+	return e
+}
+
+// hold records that e may hold tokens.
+func (l *Limiter) hold(e *entry) {
+	l.mu.Lock()
+	l.held[e] = struct{}{}
+	l.mu.Unlock()
+}
+
+// dropped is ristretto's eviction and rejection callback: the entry's
+// tokens are refunded at the janitor's next round.
+func (l *Limiter) dropped(item *ristretto.Item[*entry]) {
+	if item.Value != nil {
+		item.Value.evicted.Store(true)
+		item.Value.expires.Store(0)
+	}
+}
+
+// refill asks a background worker to top up e's lease.
+func (l *Limiter) refill(e *entry) {
+	if !e.refilling.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case l.refills <- e:
+	default:
+		e.refilling.Store(false) // workers busy: the next spend asks again
+	}
+}
+
+func (l *Limiter) refiller() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.done:
+			return
+		case e := <-l.refills:
+			if !e.evicted.Load() && e.blockedUntil.Load() <= l.now() {
+				// Callers of the key may join this flight: it returns e
+				// like theirs.
+				_, _, _ = l.flights.Do(e.key, func() (any, error) {
+					return e, l.claimInto(context.Background(), e, 1)
+				})
+			}
+			e.refilling.Store(false)
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/local"
+	"github.com/tierlimit/tierlimit/remote"
+	"golang.org/x/sync/singleflight"
+)
+
+// Limiter is a distributed rate limiter that spends leased token batches in
+// process (see the package documentation). It is safe for concurrent use and
+// must not be copied. Close it to refund unspent tokens and stop its
+// background goroutines.
+type Limiter struct {
+	limit    tierlimit.Limit
+	cfg      config
+	bucket   *remote.TokenBucket
+	cache    *ristretto.Cache[string, *entry]
+	fallback *local.Limiter
+	flights  singleflight.Group
+	refills  chan *entry
+	stats    counters
+	decided  [4][2]atomic.Int64 // decisions by source and outcome
+
+	// mu guards held: the entries that may hold tokens, so that the janitor
+	// and Close can find them (ristretto cannot be iterated).
+	mu   sync.Mutex
+	held map[*entry]struct{}
+
+	closed    atomic.Bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a Limiter enforcing limit for every key, with its state in the
+// Redis behind rdb (a *redis.Client or *redis.ClusterClient). It starts the
+// background goroutines that refill hot leases and refund expired ones.
+//
+// It returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit and
+// tierlimit.ErrInvalidOption for a nil client or a bad option.
+func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, fmt.Errorf("hybrid: %w", err)
+	}
+	capacity := limit.Capacity()
+	if cfg.maxLease == 0 {
+		cfg.minLease, cfg.maxLease = 1, max(1, capacity/DefaultLeaseShare)
+	}
+	if cfg.maxLease > capacity {
+		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, capacity)
+	}
+	var ropts []remote.Option
+	if cfg.prefix != "" {
+		ropts = append(ropts, remote.WithPrefix(cfg.prefix))
+	}
+	bucket, err := remote.NewTokenBucket(rdb, limit, ropts...)
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: %w", err)
+	}
+	fb := limit
+	if cfg.fallback != nil {
+		fb = *cfg.fallback
+	}
+	fallback, err := local.New(fb, local.WithMaxKeys(cfg.maxKeys), local.WithClock(cfg.clock))
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: fallback: %w", err)
+	}
+	l := &Limiter{
+		limit:    limit,
+		cfg:      cfg,
+		bucket:   bucket,
+		fallback: fallback,
+		refills:  make(chan *entry, 1024),
+		held:     make(map[*entry]struct{}),
+		done:     make(chan struct{}),
+	}
+	l.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
+		NumCounters:        cfg.maxKeys * 10,
+		MaxCost:            cfg.maxKeys,
+		BufferItems:        64,
+		IgnoreInternalCost: true,
+		OnEvict:            l.dropped,
+		OnReject:           l.dropped,
+	})
+	if err != nil {
+		fallback.Close()
+		return nil, invalid("cache: %v", err)
+	}
+	l.wg.Add(3)
+	go l.refiller()
+	go l.refiller()
+	go l.janitor()
+	return l, nil
+}
+
+// Limit returns the limit the fleet is held to.
+func (l *Limiter) Limit() tierlimit.Limit { return l.limit }
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN reports whether n events may happen now for key, and takes them if
+// so. n == 0 peeks. It returns an error only for bad input (wrapping
+// tierlimit.ErrInvalidKey or tierlimit.ErrInvalidCost), a cancelled ctx, or
+// tierlimit.ErrClosed after Close: Redis faults are absorbed by the fallback.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if err := l.check(ctx, key, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	if e, ok := l.cache.Get(key); ok {
+		if res, ok := l.spend(e, n, tierlimit.SourceLocal); ok {
+			return res, nil
+		}
+		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
+			return l.record(res), nil
+		}
+	}
+	return l.claim(ctx, key, n)
+}
+
+func (l *Limiter) check(ctx context.Context, key string, n int64) error {
+	if l.closed.Load() {
+		return tierlimit.ErrClosed
+	}
+	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	if err := l.limit.CheckCost(n); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// Reset forgets key in Redis and in process: it is back to full capacity.
+// Tokens leased for it are dropped (counted as refunded: the key refills).
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.closed.Load() {
+		return tierlimit.ErrClosed
+	}
+	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	if e, ok := l.cache.Get(key); ok {
+		l.stats.refunded.Add(e.tokens.Swap(0))
+		e.blockedUntil.Store(0)
+	}
+	l.cache.Del(key)
+	l.cache.Wait()
+	if err := l.fallback.Reset(ctx, key); err != nil {
+		return err
+	}
+	return l.bucket.Reset(ctx, key)
+}
+
+// Stats returns the counters. The ledger is read without stopping
+// decisions, so under load its parts may be a few tokens apart.
+func (l *Limiter) Stats() Stats {
+	var s Stats
+	s.Local = l.count(tierlimit.SourceLocal)
+	s.Blocked = l.count(tierlimit.SourceBlocked)
+	s.Remote = l.count(tierlimit.SourceRemote)
+	s.Fallback = l.count(tierlimit.SourceFallback)
+	for i := range l.decided {
+		s.Denied += l.decided[i][0].Load()
+		s.Allowed += l.decided[i][1].Load()
+	}
+	s.RedisCalls = l.stats.redisCalls.Load()
+	s.RedisErrors = l.stats.redisErrors.Load()
+	s.Refunded = l.stats.refunded.Load()
+	s.Lost = l.stats.lost.Load()
+	s.Held = l.heldTokens()
+	s.Leased = l.stats.leased.Load()
+	s.Spent = s.Leased - s.Refunded - s.Lost - s.Held
+	return s
+}
+
+func (l *Limiter) count(s tierlimit.Source) int64 {
+	return l.decided[s][0].Load() + l.decided[s][1].Load()
+}
+
+func (l *Limiter) record(res tierlimit.Result) tierlimit.Result {
+	allowed := 0
+	if res.Allowed {
+		allowed = 1
+	}
+	l.decided[res.Source][allowed].Add(1)
+	return res
+}
+
+// Close refunds every unspent token to Redis, stops the background
+// goroutines and releases the cache. Later calls return tierlimit.ErrClosed.
+// Close is safe to call more than once; it reports tokens it could not
+// refund (they are counted in Stats.Lost).
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.done)
+		l.wg.Wait()
+		l.closeErr = l.refundHeld(time.Time{}, true)
+		l.cache.Close()
+		l.fallback.Close()
+	})
+	return l.closeErr
+}
+
+// now returns the clock in nanoseconds since the epoch.
+func (l *Limiter) now() int64 { return l.cfg.clock.Now().UnixNano() }
+
+// budget returns a context for one Redis call: ctx's values, not its
+// cancellation (the call may serve other callers), and the call budget.
+func (l *Limiter) budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.callBudget)
+}

@@ -1,0 +1,169 @@
+package hybrid
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// Defaults of the options.
+const (
+	DefaultMaxKeys        = 100_000
+	DefaultLeaseTTL       = time.Second
+	DefaultRefillInterval = 50 * time.Millisecond
+	DefaultCallBudget     = 25 * time.Millisecond
+	// DefaultLeaseShare caps a lease at Burst/DefaultLeaseShare tokens, so
+	// that few tokens sit stranded on one instance.
+	DefaultLeaseShare = 10
+)
+
+// Clock tells the time. WithClock injects one; tests step it.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Option configures a Limiter.
+type Option interface {
+	apply(*config) error
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+type config struct {
+	minLease, maxLease int64 // 0: derived from the limit
+	leaseTTL           time.Duration
+	refillInterval     time.Duration
+	callBudget         time.Duration
+	maxKeys            int64
+	prefix             string
+	clock              Clock
+	fallback           *tierlimit.Limit
+}
+
+func defaults() config {
+	return config{
+		leaseTTL:       DefaultLeaseTTL,
+		refillInterval: DefaultRefillInterval,
+		callBudget:     DefaultCallBudget,
+		maxKeys:        DefaultMaxKeys,
+		clock:          systemClock{},
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: hybrid: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+}
+
+// WithLeaseBounds bounds the size of a lease: at least lo tokens (default 1)
+// and at most hi (default Burst/DefaultLeaseShare, at least 1). hi = 1 is
+// exact mode: every claim takes exactly what the call asks, as a remote
+// limiter would. The bounds must satisfy 1 <= lo <= hi <= Burst.
+func WithLeaseBounds(lo, hi int64) Option {
+	return optionFunc(func(c *config) error {
+		if lo < 1 || hi < lo {
+			return invalid("lease bounds [%d, %d] need 1 <= lo <= hi", lo, hi)
+		}
+		c.minLease, c.maxLease = lo, hi
+		return nil
+	})
+}
+
+// WithLeaseTTL sets how long unspent leased tokens stay on this instance
+// before they are refunded to Redis (default DefaultLeaseTTL; 10 ms to 1 h).
+// Shorter returns stranded tokens sooner, at the cost of more refunds.
+func WithLeaseTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < 10*time.Millisecond || d > time.Hour {
+			return invalid("lease TTL %v must be between 10ms and 1h", d)
+		}
+		c.leaseTTL = d
+		return nil
+	})
+}
+
+// WithRefillInterval sets how much demand a lease is sized for: about this
+// long of the key's local demand (default DefaultRefillInterval; 1 ms to 10 s).
+// Longer means fewer Redis calls and more tokens held locally.
+func WithRefillInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < time.Millisecond || d > 10*time.Second {
+			return invalid("refill interval %v must be between 1ms and 10s", d)
+		}
+		c.refillInterval = d
+		return nil
+	})
+}
+
+// WithCallBudget bounds how long one decision may wait on Redis (default
+// DefaultCallBudget; 1 ms to 10 s). A call that takes longer is abandoned
+// and the decision falls back. The Redis client must honour context
+// deadlines (go-redis: Options.ContextTimeoutEnabled) for the budget to cut
+// a call short.
+func WithCallBudget(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < time.Millisecond || d > 10*time.Second {
+			return invalid("call budget %v must be between 1ms and 10s", d)
+		}
+		c.callBudget = d
+		return nil
+	})
+}
+
+// WithMaxKeys bounds the keys held in process (default DefaultMaxKeys). Each
+// key costs a few hundred bytes: memory is bounded whatever number of
+// distinct keys arrives.
+func WithMaxKeys(n int64) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 || n > 1<<40 {
+			return invalid("max keys %d must be between 1 and 2^40", n)
+		}
+		c.maxKeys = n
+		return nil
+	})
+}
+
+// WithPrefix sets the Redis key prefix (default remote.DefaultPrefix). It
+// must hold no '{' or '}'.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) error {
+		if strings.ContainsAny(prefix, "{}") || len(prefix) > 64 {
+			return invalid("prefix %q must be at most 64 bytes without '{' or '}'", prefix)
+		}
+		c.prefix = prefix
+		return nil
+	})
+}
+
+// WithClock sets the clock of local decisions (default time.Now). Redis
+// keeps its own clock for the bucket.
+func WithClock(clock Clock) Option {
+	return optionFunc(func(c *config) error {
+		if clock == nil {
+			return invalid("nil clock")
+		}
+		c.clock = clock
+		return nil
+	})
+}
+
+// WithFallback sets the limit each key is held to, in this process, while
+// Redis cannot be reached (default: the limit itself). Set it to this
+// instance's share of the limit, e.g. the limit divided by the number of
+// instances, to keep the fleet near the limit during an outage.
+func WithFallback(limit tierlimit.Limit) Option {
+	return optionFunc(func(c *config) error {
+		if err := limit.Validate(); err != nil {
+			return fmt.Errorf("hybrid: fallback: %w", err)
+		}
+		c.fallback = &limit
+		return nil
+	})
+}

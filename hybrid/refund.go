@@ -1,0 +1,91 @@
+package hybrid
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+type (
+	atomicInt  = atomic.Int64
+	atomicBool = atomic.Bool
+)
+
+// refundBatch is the most refunds sent in one pipeline.
+const refundBatch = 512
+
+// janitor refunds expired leases every quarter of the lease TTL.
+func (l *Limiter) janitor() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.cfg.leaseTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+			_ = l.refundHeld(l.cfg.clock.Now(), false)
+		}
+	}
+}
+
+// refundHeld gives back the tokens of every lease expired at now (all of
+// them when all is set) and forgets entries that hold none.
+func (l *Limiter) refundHeld(now time.Time, all bool) error {
+	var refunds []remote.Refund
+	l.mu.Lock()
+	for e := range l.held {
+		if all || e.expires.Load() <= now.UnixNano() {
+			if t := e.tokens.Swap(0); t > 0 {
+				refunds = append(refunds, remote.Refund{Key: e.key, N: t})
+			}
+		}
+		if e.tokens.Load() == 0 {
+			delete(l.held, e) // a later claim into e holds it again
+		}
+	}
+	l.mu.Unlock()
+	return l.refund(refunds)
+}
+
+// refund sends refunds in pipelined batches; what fails is counted lost.
+func (l *Limiter) refund(refunds []remote.Refund) error {
+	var firstErr error
+	for len(refunds) > 0 {
+		batch := refunds[:min(len(refunds), refundBatch)]
+		refunds = refunds[len(batch):]
+		ctx, cancel := context.WithTimeout(context.Background(), 4*l.cfg.callBudget+time.Second)
+		failed, err := l.bucket.Refund(ctx, batch...)
+		cancel()
+		l.stats.redisCalls.Add(1)
+		var lost int64
+		for _, f := range failed {
+			lost += f.N
+		}
+		for _, r := range batch {
+			l.stats.refunded.Add(r.N)
+		}
+		l.stats.refunded.Add(-lost)
+		l.stats.lost.Add(lost)
+		if err != nil {
+			l.stats.redisErrors.Add(1)
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
+}
+
+// heldTokens sums the tokens in leases.
+func (l *Limiter) heldTokens() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for e := range l.held {
+		n += e.tokens.Load()
+	}
+	return n
+}

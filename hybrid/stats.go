@@ -1,0 +1,28 @@
+package hybrid
+
+import "sync/atomic"
+
+// Stats are a Limiter's counters since New. The token ledger balances:
+// Leased = Spent + Refunded + Lost + Held.
+type Stats struct {
+	// Decisions by source.
+	Local, Blocked, Remote, Fallback int64
+	Allowed, Denied                  int64
+
+	RedisCalls  int64 // script calls: claims and refund batches
+	RedisErrors int64 // calls that failed or ran out of budget
+
+	Leased   int64 // tokens claimed from Redis
+	Spent    int64 // leased tokens that admitted a request
+	Refunded int64 // tokens given back to Redis (or dropped by Reset, which refills the key)
+	Lost     int64 // tokens that could not be refunded (Redis unreachable); never spent
+	Held     int64 // tokens in leases right now
+}
+
+// counters are the live counters behind Stats.
+type counters struct {
+	local, blocked, remote, fallback atomic.Int64
+	allowed, denied                  atomic.Int64
+	redisCalls, redisErrors          atomic.Int64
+	leased, spent, refunded, lost    atomic.Int64
+}

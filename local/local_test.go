@@ -1,0 +1,172 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) Now() time.Time     { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *stepClock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
+
+func newTest(t *testing.T, limit tierlimit.Limit, opts ...Option) (*Limiter, *stepClock) {
+	t.Helper()
+	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	l, err := New(limit, append([]Option{WithClock(clock)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, clock
+}
+
+func TestSequence(t *testing.T) {
+	l, clock := newTest(t, tierlimit.PerSecond(4))
+	ctx := context.Background()
+	steps := []struct {
+		advance   time.Duration
+		n         int64
+		allowed   bool
+		remaining int64
+		retry     time.Duration
+	}{
+		{0, 0, true, 4, 0},
+		{0, 3, true, 1, 0},
+		{0, 2, false, 1, 250 * time.Millisecond},
+		{0, 1, true, 0, 0},
+		{100 * time.Millisecond, 1, false, 0, 150 * time.Millisecond},
+		{150 * time.Millisecond, 1, true, 0, 0},
+		{time.Second, 4, true, 0, 0},
+	}
+	for i, s := range steps {
+		clock.Add(s.advance)
+		r, err := l.AllowN(ctx, "k", s.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed != s.allowed || r.Remaining != s.remaining || r.RetryAfter != s.retry || r.Source != tierlimit.SourceLocal {
+			t.Errorf("step %d: AllowN(%d) = %v %d %v %v, want %v %d %v local",
+				i, s.n, r.Allowed, r.Remaining, r.RetryAfter, r.Source, s.allowed, s.remaining, s.retry)
+		}
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := l.AllowN(ctx, "k", 4); !r.Allowed {
+		t.Errorf("after Reset: AllowN(4) = false, want true")
+	}
+}
+
+func TestKeysAreIndependent(t *testing.T) {
+	l, _ := newTest(t, tierlimit.PerMinute(2))
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "\xff{"} {
+		for i := 0; i < 3; i++ {
+			r, _ := l.Allow(ctx, k)
+			if want := i < 2; r.Allowed != want {
+				t.Errorf("%q call %d: Allowed = %v, want %v", k, i, r.Allowed, want)
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if _, err := New(tierlimit.Limit{}); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("New(zero limit) = %v, want ErrInvalidLimit", err)
+	}
+	if _, err := New(tierlimit.PerSecond(1).WithBurst(1 << 40)); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("New(huge burst) = %v, want ErrInvalidLimit", err)
+	}
+	for _, o := range []Option{WithMaxKeys(0), WithMaxKeys(-1), WithClock(nil), nil} {
+		if _, err := New(tierlimit.PerSecond(1), o); !errors.Is(err, tierlimit.ErrInvalidOption) {
+			t.Errorf("New(bad option) = %v, want ErrInvalidOption", err)
+		}
+	}
+	l, _ := newTest(t, tierlimit.PerSecond(5))
+	ctx := context.Background()
+	for _, c := range []struct {
+		key  string
+		n    int64
+		want error
+	}{{"", 1, tierlimit.ErrInvalidKey}, {string(make([]byte, 1025)), 1, tierlimit.ErrInvalidKey},
+		{"k", -1, tierlimit.ErrInvalidCost}, {"k", 6, tierlimit.ErrInvalidCost}} {
+		if _, err := l.AllowN(ctx, c.key, c.n); !errors.Is(err, c.want) {
+			t.Errorf("AllowN(%d-byte key, %d) = %v, want %v", len(c.key), c.n, err, c.want)
+		}
+	}
+}
+
+// TestConcurrentFirstCalls checks that callers racing on a new key share
+// one bucket: exactly the burst is admitted.
+func TestConcurrentFirstCalls(t *testing.T) {
+	l, _ := newTest(t, tierlimit.PerHour(50))
+	for round := 0; round < 20; round++ {
+		key := fmt.Sprint("k", round)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		admitted := 0
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 10; i++ {
+					if r, _ := l.Allow(context.Background(), key); r.Allowed {
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted != 50 {
+			t.Fatalf("round %d: admitted %d, want 50", round, admitted)
+		}
+	}
+}
+
+// TestMemoryBounded sends many distinct keys through a small limiter: the
+// cache holds at most MaxKeys of them.
+func TestMemoryBounded(t *testing.T) {
+	l, _ := newTest(t, tierlimit.PerSecond(10), WithMaxKeys(1000))
+	ctx := context.Background()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := 0; i < 200_000; i++ {
+		l.Allow(ctx, fmt.Sprint("key-", i))
+	}
+	l.cache.Wait()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if n := l.cache.Metrics.KeysAdded() - l.cache.Metrics.KeysEvicted(); n > 1000 {
+		t.Errorf("cache holds %d keys, want <= 1000", n)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
+		t.Errorf("heap grew %d bytes for 1000 keys, want < 4 MiB", grew)
+	}
+}
+
+func ExampleLimiter() {
+	l, _ := New(tierlimit.PerSecond(2))
+	defer l.Close()
+	for i := 0; i < 3; i++ {
+		r, _ := l.Allow(context.Background(), "client-1")
+		fmt.Println(r.Allowed)
+	}
+	// Output:
+	// true
+	// true
+	// false
+}
