@@ -17,7 +17,7 @@ type stepClock struct {
 	t  time.Time
 }
 
-func (c *stepClock) Now() time.Time     { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *stepClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *stepClock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
 
 func newTest(t *testing.T, limit tierlimit.Limit, opts ...Option) (*Limiter, *stepClock) {
