@@ -19,6 +19,14 @@ const (
 	DefaultLeaseShare = 10
 )
 
+// Memory: a Limiter's live heap stays below MaxKeys × BytesPerKey +
+// BaseBytes, whatever number of distinct keys it sees (ristretto's entries
+// and counters, the entries themselves and their keys up to 64 bytes).
+const (
+	BytesPerKey = 1024
+	BaseBytes   = 8 << 20
+)
+
 // Clock tells the time. WithClock injects one; tests step it.
 type Clock interface {
 	Now() time.Time

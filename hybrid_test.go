@@ -1,0 +1,344 @@
+package tierlimit_test
+
+// The end-to-end suite of the hybrid tier against a real redis-server:
+// fleets of OS processes (this test binary, re-executed) share one limit.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+)
+
+// TestMain runs a fleet member instead of the tests when this binary is
+// re-executed by runFleet.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("TIERLIMIT_FLEET_MEMBER"); spec != "" {
+		os.Exit(fleetMember(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// memberSpec tells a fleet member what to do.
+type memberSpec struct {
+	Addr       string
+	Limit      tierlimit.Limit
+	Keys       int     // 1: the hot key; more: a Zipf-skewed key space
+	Zipf       float64 // s parameter of the Zipf distribution (> 1)
+	Prefix     string
+	Goroutines int
+	Start      int64 // unix ns; nobody calls before
+	Duration   time.Duration
+}
+
+// memberReport is what a fleet member prints when done.
+type memberReport struct {
+	Admitted map[string]int64 // tokens admitted per key
+	Calls    int64
+	Errors   int64
+	LastEnd  int64 // unix ns at which the last decision returned
+	Stats    hybrid.Stats
+}
+
+func fleetMember(spec string) int {
+	var s memberSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: s.Goroutines})
+	defer rdb.Close()
+	l, err := hybrid.New(rdb, s.Limit, hybrid.WithPrefix(s.Prefix))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	time.Sleep(time.Until(time.Unix(0, s.Start)))
+	deadline := time.Unix(0, s.Start).Add(s.Duration)
+	var mu sync.Mutex
+	rep := memberReport{Admitted: map[string]int64{}}
+	var calls, errs, lastEnd atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < s.Goroutines; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			admitted := map[string]int64{}
+			var zipf *rand.Zipf
+			if s.Keys > 1 {
+				zipf = rand.NewZipf(rand.New(rand.NewPCG(seed, 7)), s.Zipf, 1, uint64(s.Keys-1))
+			}
+			for time.Now().Before(deadline) {
+				key := "hot"
+				if zipf != nil {
+					key = "k" + strconv.FormatUint(zipf.Uint64(), 10)
+				}
+				r, err := l.Allow(context.Background(), key)
+				calls.Add(1)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if r.Allowed {
+					admitted[key]++
+					lastEnd.Store(max(lastEnd.Load(), time.Now().UnixNano()))
+				}
+			}
+			mu.Lock()
+			for k, n := range admitted {
+				rep.Admitted[k] += n
+			}
+			mu.Unlock()
+		}(uint64(g))
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "close:", err)
+		return 2
+	}
+	rep.Calls, rep.Errors, rep.LastEnd, rep.Stats = calls.Load(), errs.Load(), lastEnd.Load(), l.Stats()
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		return 2
+	}
+	return 0
+}
+
+// runFleet runs members processes with spec and returns their reports and
+// the start instant.
+func runFleet(t *testing.T, members int, spec memberSpec) ([]memberReport, time.Time) {
+	t.Helper()
+	start := time.Now().Add(500 * time.Millisecond) // time for the processes to start
+	spec.Start = start.UnixNano()
+	raw, _ := json.Marshal(spec)
+	reports := make([]memberReport, members)
+	errs := make([]error, members)
+	var wg sync.WaitGroup
+	for i := 0; i < members; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), spec.Duration+30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "TIERLIMIT_FLEET_MEMBER="+string(raw))
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				errs[i] = fmt.Errorf("member %d: %v", i, err)
+				return
+			}
+			errs[i] = json.NewDecoder(bufio.NewReader(bytes.NewReader(out))).Decode(&reports[i])
+		}(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reports, start
+}
+
+// fleetTotals sums the members' admissions per key and checks that no
+// caller saw an error and that every ledger balances.
+func fleetTotals(t *testing.T, reports []memberReport) (map[string]int64, time.Time) {
+	t.Helper()
+	total := map[string]int64{}
+	var last int64
+	for i, r := range reports {
+		var spent int64
+		for k, n := range r.Admitted {
+			total[k] += n
+			spent += n
+		}
+		last = max(last, r.LastEnd)
+		s := r.Stats
+		if r.Errors != 0 {
+			t.Errorf("member %d: %d errors", i, r.Errors)
+		}
+		if s.Leased != s.Spent+s.Refunded+s.Lost+s.Held || s.Spent != spent || s.Held != 0 || s.Lost != 0 {
+			t.Errorf("member %d: ledger %+v, admitted %d: want leased = spent + refunded, spent = admitted, nothing held or lost", i, s, spent)
+		}
+		t.Logf("member %d: %d calls, %d admitted, %d Redis calls, stats %+v", i, r.Calls, spent, s.RedisCalls, s)
+	}
+	return total, time.Unix(0, last)
+}
+
+// bucketBound is what one token bucket admits at most over [start, end].
+func bucketBound(l tierlimit.Limit, start, end time.Time) int64 {
+	return l.Capacity() + int64(float64(l.Rate)*float64(end.Sub(start))/float64(l.Period))
+}
+
+// TestFleetHotKey is G1 and G2: three processes with 16 goroutines each on
+// one hot key, demand far above the limit, for 3 s: the fleet admits at most
+// what one bucket allows and at least 95% of it.
+func TestFleetHotKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 3 s fleet")
+	}
+	s := redistest.Start(t)
+	limit := tierlimit.PerSecond(1000)
+	reports, start := runFleet(t, 3, memberSpec{
+		Addr: s.Addr, Limit: limit, Keys: 1, Prefix: "g1:", Goroutines: 16, Duration: 3 * time.Second,
+	})
+	total, end := fleetTotals(t, reports)
+	bound := bucketBound(limit, start, end)
+	got := total["hot"]
+	var calls, redisCalls int64
+	for _, r := range reports {
+		calls += r.Calls
+		redisCalls += r.Stats.RedisCalls
+	}
+	t.Logf("fleet: %d admitted, bound %d (%.1f%%), %d decisions, %.1f Redis calls per 1000 decisions",
+		got, bound, 100*float64(got)/float64(bound), calls, 1000*float64(redisCalls)/float64(calls))
+	if got > bound {
+		t.Errorf("G1: admitted %d > bound %d", got, bound)
+	}
+	if float64(got) < 0.95*float64(bound) {
+		t.Errorf("G2: admitted %d < 95%% of bound %d", got, bound)
+	}
+}
+
+// TestFleetZipf is G1 and G2 over 1000 keys with Zipf-skewed demand: no key
+// is over-admitted, and the hot keys get at least 95% of their bound.
+func TestFleetZipf(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 3 s fleet")
+	}
+	s := redistest.Start(t)
+	limit := tierlimit.PerSecond(100)
+	reports, start := runFleet(t, 3, memberSpec{
+		Addr: s.Addr, Limit: limit, Keys: 1000, Zipf: 1.1, Prefix: "zipf:", Goroutines: 16, Duration: 3 * time.Second,
+	})
+	total, end := fleetTotals(t, reports)
+	bound := bucketBound(limit, start, end)
+	over, hot := 0, 0
+	for k, n := range total {
+		if n > bound {
+			over++
+			t.Errorf("G1: key %s admitted %d > bound %d", k, n, bound)
+		}
+		if k == "k0" || k == "k1" {
+			hot++
+			t.Logf("hot key %s: %d admitted of bound %d (%.1f%%)", k, n, bound, 100*float64(n)/float64(bound))
+			if float64(n) < 0.95*float64(bound) {
+				t.Errorf("G2: hot key %s admitted %d < 95%% of %d", k, n, bound)
+			}
+		}
+	}
+	if hot != 2 {
+		t.Fatalf("the two hottest keys saw no traffic: %d keys seen", len(total))
+	}
+	t.Logf("%d keys seen, none over the bound", len(total))
+}
+
+// TestFleetLedger is G5: with a bucket that does not refill during the test,
+// after every instance's Close, Redis holds exactly capacity - admitted:
+// nothing lost, nothing minted.
+func TestFleetLedger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 1 s fleet")
+	}
+	s := redistest.Start(t)
+	limit := tierlimit.PerDay(1).WithBurst(20_000) // refills one token a day
+	reports, _ := runFleet(t, 3, memberSpec{
+		Addr: s.Addr, Limit: limit, Keys: 50, Zipf: 1.2, Prefix: "g5:", Goroutines: 16, Duration: time.Second,
+	})
+	total, _ := fleetTotals(t, reports)
+	rdb := s.Client(t)
+	b, err := hybrid.New(rdb, limit, hybrid.WithPrefix("g5:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for k, n := range total {
+		r, err := b.AllowN(context.Background(), k, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := limit.Capacity() - n; r.Remaining != want {
+			t.Errorf("G5: key %s: Redis holds %d after %d admitted, want %d", k, r.Remaining, n, want)
+		}
+	}
+	t.Logf("%d keys: Redis holds capacity - admitted for each", len(total))
+}
+
+// TestMemoryBounded is G6: a million distinct keys through one limiter with
+// 10,000 local keys: the heap stays under the documented bound, and Close
+// leaves no goroutine behind.
+func TestMemoryBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends a million keys")
+	}
+	keys := 1_000_000
+	if raceEnabled {
+		keys = 200_000 // the race detector is 10x slower; still 20x max keys
+	}
+	s := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 32})
+	defer rdb.Close()
+	goroutines := runtime.NumGoroutine()
+	const maxKeys = 10_000
+	l, err := hybrid.New(rdb, tierlimit.PerMinute(10), hybrid.WithMaxKeys(maxKeys), hybrid.WithPrefix("g6:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var next atomic.Int64
+	var peak atomic.Uint64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(keys); i = next.Add(1) {
+				if _, err := l.Allow(context.Background(), "user-"+strconv.FormatInt(i, 10)); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%50_000 == 0 {
+					runtime.GC()
+					var m runtime.MemStats
+					runtime.ReadMemStats(&m)
+					peak.Store(max(peak.Load(), m.HeapAlloc))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	grew := int64(peak.Load()) - int64(before.HeapAlloc)
+	bound := int64(maxKeys)*hybrid.BytesPerKey + hybrid.BaseBytes
+	t.Logf("%d keys: live heap grew at most %d bytes (bound %d = %d keys × %d + %d)",
+		keys, grew, bound, maxKeys, hybrid.BytesPerKey, hybrid.BaseBytes)
+	if grew > bound {
+		t.Errorf("G6: heap grew %d bytes > bound %d", grew, bound)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > goroutines {
+		t.Errorf("%d goroutines after Close, %d before", n, goroutines)
+	}
+}
