@@ -24,7 +24,7 @@ func FuzzOps(f *testing.F) {
 		}
 		e := newEnv(t)
 		limit := tierlimit.PerHour(40)
-		l := e.limiter(t, limit, WithLeaseBounds(1, 8), WithMaxKeys(64))
+		l := e.limiter(t, limit, WithLeaseBounds(1, 8), WithMaxKeys(64), WithCallBudget(10*time.Second))
 		var admitted int64
 		spent := map[string]int64{} // since the key's last Reset
 		stepped := map[string]bool{} // time moved since the key's last Reset
@@ -69,7 +69,7 @@ func FuzzOps(f *testing.F) {
 		if s.Held != 0 || s.Lost != 0 {
 			t.Fatalf("after Close: held %d, lost %d", s.Held, s.Lost)
 		}
-		plain := e.limiter(t, limit)
+		plain := e.limiter(t, limit, WithMaxKeys(16))
 		for _, k := range keys {
 			if stepped[k] {
 				continue

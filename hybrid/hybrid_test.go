@@ -194,7 +194,7 @@ func TestLedger(t *testing.T) {
 	if s.Held != 0 || s.Lost != 0 {
 		t.Errorf("after Close: held %d, lost %d; want 0, 0", s.Held, s.Lost)
 	}
-	plain := e.limiter(t, limit)
+	plain := e.limiter(t, limit, WithMaxKeys(16))
 	for key, n := range spent {
 		if got, want := e.level(t, plain, key), limit.Capacity()-n; got != want {
 			t.Errorf("%s: Redis holds %d, want %d (capacity - spent)", key, got, want)
@@ -225,7 +225,7 @@ func TestTinyCacheLosesNoTokens(t *testing.T) {
 	if s.Lost != 0 || s.Held != 0 {
 		t.Errorf("lost %d, held %d; want 0, 0", s.Lost, s.Held)
 	}
-	plain := e.limiter(t, limit)
+	plain := e.limiter(t, limit, WithMaxKeys(16))
 	for i := 0; i < 40; i++ {
 		key := fmt.Sprint("k", i)
 		if got, want := e.level(t, plain, key), limit.Capacity()-spent[key]; got != want {

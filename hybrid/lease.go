@@ -23,6 +23,7 @@ type entry struct {
 	lastClaim    atomicInt // ns of the last claim
 	refilling    atomicBool
 	evicted      atomicBool // ristretto dropped e: refund its tokens, refill it no more
+	stale        atomicBool // Reset forgot the key: e takes no more tokens
 }
 
 // spend takes n tokens from e's lease if it holds them.
@@ -117,8 +118,16 @@ func (l *Limiter) lease(ctx context.Context, key string, n int64) (*entry, error
 	return e, nil
 }
 
-// claimInto asks Redis for between lo and the lease size tokens for e.
+// claimInto asks Redis for between lo and the lease size tokens for e. The
+// key's lock orders it with Reset: tokens debited before Reset's DEL are
+// erased by it and must not be refunded after it.
 func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
+	mu := l.keyLock(e.key)
+	mu.Lock()
+	defer mu.Unlock()
+	if e.stale.Load() {
+		return nil // the caller finds no tokens and claims into a new entry
+	}
 	now := l.now()
 	want := l.size(e, lo, now)
 	cctx, cancel := l.budget(ctx)
@@ -258,7 +267,7 @@ func (l *Limiter) refiller() {
 		case <-l.done:
 			return
 		case e := <-l.refills:
-			if !e.evicted.Load() && e.blockedUntil.Load() <= l.now() {
+			if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= l.now() {
 				// Callers of the key may join this flight: it returns e
 				// like theirs.
 				_, _, _ = l.flights.Do(e.key, func() (any, error) {

@@ -35,6 +35,9 @@ type Limiter struct {
 	mu   sync.Mutex
 	held map[*entry]struct{}
 
+	// keyLocks order a key's claims with its Reset (slow path only).
+	keyLocks [256]sync.Mutex
+
 	closed    atomic.Bool
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -153,7 +156,8 @@ func (l *Limiter) check(ctx context.Context, key string, n int64) error {
 }
 
 // Reset forgets key in Redis and in process: it is back to full capacity.
-// Tokens leased for it are dropped (counted as refunded: the key refills).
+// Tokens leased for it are dropped: Redis's bucket is full again, so they
+// count as refunded (or as lost if Redis could not be reached).
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.closed.Load() {
 		return tierlimit.ErrClosed
@@ -161,16 +165,45 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return err
 	}
-	if e, ok := l.cache.Get(key); ok {
-		l.stats.refunded.Add(e.tokens.Swap(0))
-		e.blockedUntil.Store(0)
+	mu := l.keyLock(key)
+	mu.Lock()
+	defer mu.Unlock()
+	// Every entry of the key goes stale: the cached one and any that
+	// ristretto refused but that still holds tokens.
+	var dropped int64
+	forget := func(e *entry) {
+		e.stale.Store(true)
+		dropped += e.tokens.Swap(0)
 	}
+	if e, ok := l.cache.Get(key); ok {
+		forget(e)
+	}
+	l.mu.Lock()
+	for e := range l.held {
+		if e.key == key && !e.stale.Load() {
+			forget(e)
+		}
+	}
+	l.mu.Unlock()
 	l.cache.Del(key)
 	l.cache.Wait()
 	if err := l.fallback.Reset(ctx, key); err != nil {
 		return err
 	}
-	return l.bucket.Reset(ctx, key)
+	if err := l.bucket.Reset(ctx, key); err != nil {
+		l.stats.lost.Add(dropped)
+		return err
+	}
+	l.stats.refunded.Add(dropped)
+	return nil
+}
+
+func (l *Limiter) keyLock(key string) *sync.Mutex {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &l.keyLocks[h%uint32(len(l.keyLocks))]
 }
 
 // Stats returns the counters. The ledger is read without stopping
