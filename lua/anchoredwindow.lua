@@ -1,7 +1,7 @@
 -- anchoredwindow.lua: fixed windows that start at a key's first admitted hit
 -- and last one period, over one or more limits, all-or-nothing.
 --
--- KEYS[i]   hash of limit i: s = µs the window started, c = count
+-- KEYS[i]   string "s:c" of limit i: s = µs the window started, c = count
 -- ARGV[1]   client clock in µs, or 0 for TIME
 -- ARGV[2]   n: cost (0 peeks and starts no window)
 -- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per window)
@@ -19,8 +19,8 @@ local allowed = 1
 for i = 1, n do
   local a = 2 + (i - 1) * 2
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local st = redis.call('HMGET', KEYS[i], 's', 'c')
-  local s, c = tonumber(st[1]), tonumber(st[2])
+  local st = fields(redis.call('GET', KEYS[i])) or {}
+  local s, c = st[1], st[2]
   if s == nil or c == nil or now >= s + p[i] or s > now then
     s, c = now, 0
   end
@@ -35,8 +35,7 @@ for i = 1, n do
   local retry = 0
   if allowed == 1 and cost > 0 then
     c = c + cost
-    redis.call('HSET', KEYS[i], 's', str(start[i]), 'c', str(c))
-    expire_us(KEYS[i], left)
+    put(KEYS[i], str(start[i]) .. ':' .. str(c), left)
   elseif allowed == 0 and c + cost > rate[i] then
     retry = left
   end

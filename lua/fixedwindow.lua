@@ -1,7 +1,8 @@
 -- fixedwindow.lua: fixed windows aligned on the Unix epoch, over one or more
 -- limits, all-or-nothing.
 --
--- KEYS[i]   hash of limit i: w = window index (floor(now / period)), c = count
+-- KEYS[i]   string "w:c" of limit i: w = window index (floor(now / period)),
+--           c = count
 -- ARGV[1]   client clock in µs, or 0 for TIME
 -- ARGV[2]   n: cost (0 peeks)
 -- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per window)
@@ -20,9 +21,9 @@ for i = 1, n do
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local w = idiv(now, p[i])
   wend[i] = (w + 1) * p[i] - now
-  local st = redis.call('HMGET', KEYS[i], 'w', 'c')
-  local c = tonumber(st[2])
-  if c == nil or tonumber(st[1]) ~= w then c = 0 end
+  local st = fields(redis.call('GET', KEYS[i]))
+  local c = 0
+  if st and st[1] == w and st[2] then c = st[2] end
   cnt[i] = c
   if c + cost > rate[i] then allowed = 0 end
 end
@@ -33,8 +34,7 @@ for i = 1, n do
   local retry = 0
   if allowed == 1 and cost > 0 then
     c = c + cost
-    redis.call('HSET', KEYS[i], 'w', str(idiv(now, p[i])), 'c', str(c))
-    expire_us(KEYS[i], wend[i])
+    put(KEYS[i], str(idiv(now, p[i])) .. ':' .. str(c), wend[i])
   elseif allowed == 0 and c + cost > rate[i] then
     retry = wend[i]
   end

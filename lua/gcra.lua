@@ -33,8 +33,7 @@ for i = 1, n do
   if allowed == 1 then
     v = v + cost * t[i]
     if cost > 0 then
-      redis.call('SET', KEYS[i], str(v))
-      expire_us(KEYS[i], v - now)
+      put(KEYS[i], str(v), v - now)
     end
   elseif v + cost * t[i] - now > tau[i] then
     retry = v + cost * t[i] - now - tau[i]

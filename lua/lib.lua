@@ -38,9 +38,27 @@ local function str(x)
   return string.format('%d', x)
 end
 
--- expire_us gives key a TTL of at least us microseconds (and at least 1 ms),
--- so that no key of ours ever lives without one.
+-- ttl_ms returns a TTL in ms that outlasts us microseconds (at least 1 ms).
+local function ttl_ms(us)
+  return cdiv(math.max(us, 1), 1000) + 1
+end
+
+-- put stores a state string under key with a TTL of at least us
+-- microseconds, in one command: no key of ours ever lives without a TTL.
+local function put(key, value, us)
+  redis.call('SET', key, value, 'PX', ttl_ms(us))
+end
+
+-- fields splits a state string "a:b:c" into numbers, or nil when absent.
+local function fields(v)
+  if not v then return nil end
+  local t = {}
+  for x in string.gmatch(v, '[^:]+') do t[#t + 1] = tonumber(x) end
+  return t
+end
+
+-- expire_us gives key a TTL of at least us microseconds.
 local function expire_us(key, us)
-  redis.call('PEXPIRE', key, cdiv(math.max(us, 1), 1000) + 1)
+  redis.call('PEXPIRE', key, ttl_ms(us))
 end
 

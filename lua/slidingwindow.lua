@@ -3,8 +3,8 @@
 -- much of it the sliding window still covers, plus the current window's
 -- count must fit the rate.
 --
--- KEYS[i]   hash of limit i: w = current window index, c = its count,
---           pc = the previous window's count
+-- KEYS[i]   string "w:c:pc" of limit i: w = current window index, c = its
+--           count, pc = the previous window's count
 -- ARGV[1]   client clock in µs, or 0 for TIME
 -- ARGV[2]   n: cost (0 peeks)
 -- ARGV[2+3(i-1)+1..3] for limit i: period in µs, rate, q: the weight's
@@ -27,8 +27,8 @@ for i = 1, n do
   local a = 2 + (i - 1) * 3
   p[i], rate[i], q[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   w[i] = idiv(now, p[i])
-  local st = redis.call('HMGET', KEYS[i], 'w', 'c', 'pc')
-  local sw, c, pc = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  local st = fields(redis.call('GET', KEYS[i])) or {}
+  local sw, c, pc = st[1], st[2] or 0, st[3] or 0
   if sw == w[i] - 1 then
     pc = c -- the window rolled over: this window's count becomes the previous one
     c = 0
@@ -62,8 +62,7 @@ for i = 1, n do
   if allowed == 1 and cost > 0 then
     c = c + cost
     est[i] = est[i] + cost
-    redis.call('HSET', KEYS[i], 'w', str(w[i]), 'c', str(c), 'pc', str(prev[i]))
-    expire_us(KEYS[i], (w[i] + 2) * p[i] - now)
+    put(KEYS[i], str(w[i]) .. ':' .. str(c) .. ':' .. str(prev[i]), (w[i] + 2) * p[i] - now)
   elseif allowed == 0 and est[i] + cost > rate[i] then
     retry = fits(i, prev[i], rate[i] - cost - c, w[i] * p[i])
     if retry == nil then

@@ -2,14 +2,14 @@
 -- the lease primitive of the hybrid tier (claim between min and want tokens,
 -- after refunding unspent ones).
 --
--- KEYS[i]   hash of limit i: s = level in units, ts = µs of the last write.
---           An absent key is a full bucket.
+-- KEYS[i]   string "s:ts" of limit i: s = level in units, ts = µs of the
+--           last write. An absent key is a full bucket.
 -- ARGV[1]   client clock in µs, or 0 for TIME
 -- ARGV[2]   min: tokens required; fewer available denies and charges nothing
 -- ARGV[3]   want: tokens to take at most (>= min)
 -- ARGV[4]   refund: tokens given back before claiming (capped at capacity)
--- ARGV[4+4(i-1)+1..4] for limit i: unit (units per token), per (units
---           refilled per µs), cap (capacity × unit), full (µs from empty to full)
+-- ARGV[4+3(i-1)+1..3] for limit i: unit (units per token), per (units
+--           refilled per µs), cap (capacity × unit)
 --
 -- Reply: {allowed, granted, then per limit: remaining, retry_us, reset_us}.
 -- allowed is 1 when granted >= min. retry_us is the wait after which min
@@ -24,11 +24,12 @@ local n = #KEYS
 local lvl, last, unit, per, cap = {}, {}, {}, {}, {}
 local grant = want
 for i = 1, n do
-  local a = 4 + (i - 1) * 4
+  local a = 4 + (i - 1) * 3
   unit[i], per[i], cap[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local full = tonumber(ARGV[a + 4])
-  local st = redis.call('HMGET', KEYS[i], 's', 'ts')
-  local s, ts = tonumber(st[1]), tonumber(st[2])
+  local full = cdiv(cap[i], per[i])
+  local st = fields(redis.call('GET', KEYS[i]))
+  local s, ts
+  if st then s, ts = st[1], st[2] end
   if s == nil or ts == nil then
     s, ts = cap[i], now
   else
@@ -58,8 +59,7 @@ for i = 1, n do
     if s >= cap[i] then
       redis.call('DEL', KEYS[i])
     else
-      redis.call('HSET', KEYS[i], 's', str(s), 'ts', str(last[i]))
-      expire_us(KEYS[i], cdiv(cap[i] - s, per[i]))
+      put(KEYS[i], str(s) .. ':' .. str(last[i]), cdiv(cap[i] - s, per[i]))
     end
   end
   local retry = 0

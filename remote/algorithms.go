@@ -13,8 +13,7 @@ var (
 		name: "tb", script: lua.TokenBucket, keys: []string{""},
 		params: func(l tierlimit.Limit) []any {
 			unit, per := l.Scale()
-			c := l.Capacity() * unit
-			return []any{unit, per, c, (c + per - 1) / per}
+			return []any{unit, per, l.Capacity() * unit}
 		},
 		capacity: tierlimit.Limit.Capacity,
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -34,9 +35,15 @@ type limiter struct {
 	params []any    // per-limit ARGV, built once
 	clock  Clock
 	maxN   int64
+
+	// oneHead and oneArgs are the ARGV of the most common call (server
+	// clock, n = 1), built once: go-redis copies ARGV and never changes
+	// it, so every call may share it.
+	oneHead []int64
+	oneArgs []any
 }
 
-func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit, opts []Option) (*limiter, error) {
+func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit, opts []Option, oneHead ...int64) (*limiter, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: remote: nil redis client", tierlimit.ErrInvalidOption)
 	}
@@ -70,7 +77,21 @@ func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit
 			l.suffix = append(l.suffix, s)
 		}
 	}
+	if len(oneHead) == 0 {
+		oneHead = []int64{1}
+	}
+	l.oneHead, l.oneArgs = oneHead, l.args(oneHead)
 	return l, nil
+}
+
+// args builds ARGV: the clock, head, then the limits' parameters.
+func (l *limiter) args(head []int64) []any {
+	args := make([]any, 0, 1+len(head)+len(l.params))
+	args = append(args, l.now())
+	for _, h := range head {
+		args = append(args, h)
+	}
+	return append(args, l.params...)
 }
 
 // configHash names a limit's configuration in its keys, so that changing a
@@ -153,13 +174,11 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 // call runs the script with head ARGV (after the clock) and returns the
 // result and the number of tokens granted.
 func (l *limiter) call(ctx context.Context, key string, head ...int64) (tierlimit.Result, int64, error) {
-	args := make([]any, 0, 1+len(head)+len(l.params))
-	args = append(args, l.now())
-	for _, h := range head {
-		args = append(args, h)
+	args := l.oneArgs
+	if l.clock != nil || !slices.Equal(head, l.oneHead) {
+		args = l.args(head)
 	}
-	args = append(args, l.params...)
-	reply, err := l.alg.script.Run(ctx, l.rdb, l.redisKeys(key), args...).Int64Slice()
+	reply, err := l.alg.script.Run(ctx, l.rdb, l.redisKeys(key), args...).Slice()
 	if err != nil {
 		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: %w", l.alg.name, err)
 	}
@@ -168,16 +187,20 @@ func (l *limiter) call(ctx context.Context, key string, head ...int64) (tierlimi
 
 // result folds a script reply {allowed, granted, per limit: remaining,
 // retry_us, reset_us} into one Result: the most restrictive limit decides.
-func (l *limiter) result(reply []int64) (tierlimit.Result, int64, error) {
+func (l *limiter) result(reply []any) (tierlimit.Result, int64, error) {
 	if len(reply) != 2+3*len(l.limits) {
 		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: reply of %d values, want %d",
 			l.alg.name, len(reply), 2+3*len(l.limits))
 	}
-	res := tierlimit.Result{Allowed: reply[0] == 1, Source: tierlimit.SourceRemote, Remaining: -1}
+	at := func(i int) int64 {
+		v, _ := reply[i].(int64) // the scripts reply integers only
+		return v
+	}
+	res := tierlimit.Result{Allowed: at(0) == 1, Source: tierlimit.SourceRemote, Remaining: -1}
 	var worstRetry int64 = -1
 	for i, lim := range l.limits {
-		rem := min(max(reply[2+3*i], 0), l.alg.capacity(lim))
-		retry, reset := max(reply[3+3*i], 0), max(reply[4+3*i], 0)
+		rem := min(max(at(2+3*i), 0), l.alg.capacity(lim))
+		retry, reset := max(at(3+3*i), 0), max(at(4+3*i), 0)
 		if res.Allowed && (res.Remaining < 0 || rem < res.Remaining) {
 			res.Limit = lim
 		}
@@ -191,7 +214,7 @@ func (l *limiter) result(reply []int64) (tierlimit.Result, int64, error) {
 		}
 		res.ResetAfter = max(res.ResetAfter, micros(reset))
 	}
-	return res, reply[1], nil
+	return res, at(1), nil
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

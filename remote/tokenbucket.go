@@ -20,7 +20,7 @@ type TokenBucket struct{ *limiter }
 // NewTokenBucket returns a TokenBucket enforcing limit (and any WithLimits).
 // Errors are as for NewGCRA.
 func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*TokenBucket, error) {
-	l, err := newLimiter(rdb, tokenBucketAlg, limit, opts)
+	l, err := newLimiter(rdb, tokenBucketAlg, limit, opts, 1, 1, 0) // min, want, refund
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +121,7 @@ func (b *TokenBucket) refund(ctx context.Context, refunds []Refund, only []int) 
 			if only != nil {
 				run, r = b.alg.script.Eval, refunds[only[i]]
 			}
-			args := append([]any{b.now(), 0, 0, r.N}, b.params...)
-			cmds[i] = run(ctx, p, b.redisKeys(r.Key), args...)
+			cmds[i] = run(ctx, p, b.redisKeys(r.Key), b.args([]int64{0, 0, r.N})...)
 		}
 		return nil
 	})
