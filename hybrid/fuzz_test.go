@@ -26,7 +26,7 @@ func FuzzOps(f *testing.F) {
 		limit := tierlimit.PerHour(40)
 		l := e.limiter(t, limit, WithLeaseBounds(1, 8), WithMaxKeys(64), WithCallBudget(10*time.Second))
 		var admitted int64
-		spent := map[string]int64{} // since the key's last Reset
+		spent := map[string]int64{}  // since the key's last Reset
 		stepped := map[string]bool{} // time moved since the key's last Reset
 		keys := []string{"a", "b", "c", "d"}
 		for _, op := range ops {

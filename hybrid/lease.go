@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/remote"
@@ -24,6 +26,29 @@ type entry struct {
 	refilling    atomicBool
 	evicted      atomicBool // ristretto dropped e: refund its tokens, refill it no more
 	stale        atomicBool // Reset forgot the key: e takes no more tokens
+}
+
+// hotSlots is the size of the front table of hot entries (a power of two).
+const hotSlots = 4096
+
+// touchEvery: one front-table hit in touchEvery also reads ristretto, so
+// that its frequency sketch keeps seeing the hot keys.
+const touchEvery = 64
+
+// lookup returns key's entry from the front table, or from ristretto.
+func (l *Limiter) lookup(key string) (*entry, bool) {
+	slot := &l.hot[xxhash.Sum64String(key)&(hotSlots-1)]
+	if e := slot.Load(); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
+		if e.demand.Load()%touchEvery == touchEvery-1 {
+			l.cache.Get(key)
+		}
+		return e, true
+	}
+	e, ok := l.cache.Get(key)
+	if ok {
+		slot.Store(e)
+	}
+	return e, ok
 }
 
 // spend takes n tokens from e's lease if it holds them.
@@ -138,6 +163,13 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 		l.stats.redisErrors.Add(1)
 		return err
 	}
+	l.apply(e, now, granted, res)
+	return nil
+}
+
+// apply records a claim's outcome in e: the tokens granted, the demand
+// measurement restarted, and the key blocked if Redis had too few.
+func (l *Limiter) apply(e *entry, now, granted int64, res tierlimit.Result) {
 	e.remote.Store(res.Remaining)
 	e.demand.Store(0)
 	e.lastClaim.Store(now)
@@ -155,16 +187,23 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	} else {
 		e.blockedUntil.Store(now + int64(l.blockFor(res)))
 	}
-	return nil
 }
 
-// size returns how many tokens to ask for: about one refill interval of the
-// key's recent local demand, within the lease bounds, and at least lo.
+// size returns how many tokens to ask for, within the lease bounds and at
+// least lo: about one refill interval of the key's recent local demand, and,
+// while leases run dry before they expire, twice the last lease (up to half
+// a lease TTL of demand), so that a key whose demand is held back by its own
+// round trips still grows out of them. Half a TTL: the lease then runs low,
+// and is refilled in the background, before the janitor would refund it.
 func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
 	want := l.cfg.minLease
 	if last := e.lastClaim.Load(); last > 0 && now > last {
 		perNs := float64(e.demand.Load()) / float64(now-last)
 		want = int64(perNs*float64(l.cfg.refillInterval)) + 1
+		if now-last < int64(l.cfg.leaseTTL) {
+			ceiling := int64(perNs*float64(l.cfg.leaseTTL/2)) + 1
+			want = max(want, min(2*e.lastSize.Load(), ceiling))
+		}
 	}
 	return max(lo, min(max(want, l.cfg.minLease), l.cfg.maxLease))
 }
@@ -219,7 +258,7 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 
 // entry returns key's entry, creating and caching it if needed.
 func (l *Limiter) entry(key string) *entry {
-	if e, ok := l.cache.Get(key); ok {
+	if e, ok := l.lookup(key); ok {
 		return e
 	}
 	e := &entry{key: key}
@@ -260,21 +299,80 @@ func (l *Limiter) refill(e *entry) {
 	}
 }
 
+// refillBatch is the most leases one background round trip refills.
+const refillBatch = 256
+
+// refiller tops up leases in the background: it takes every queued entry
+// (up to refillBatch) and claims for all of them in one pipelined round trip.
 func (l *Limiter) refiller() {
 	defer l.wg.Done()
+	batch := make([]*entry, 0, refillBatch)
 	for {
 		select {
 		case <-l.done:
 			return
 		case e := <-l.refills:
-			if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= l.now() {
-				// Callers of the key may join this flight: it returns e
-				// like theirs.
-				_, _, _ = l.flights.Do(e.key, func() (any, error) {
-					return e, l.claimInto(context.Background(), e, 1)
-				})
+			batch = append(batch[:0], e)
+		more:
+			for len(batch) < refillBatch {
+				select {
+				case e := <-l.refills:
+					batch = append(batch, e)
+				default:
+					break more
+				}
 			}
-			e.refilling.Store(false)
+			l.refillAll(batch)
+			for _, e := range batch {
+				e.refilling.Store(false)
+			}
 		}
+	}
+}
+
+// refillAll claims a lease top-up for each entry still worth refilling,
+// holding their key locks (in order) so that no Reset interleaves.
+func (l *Limiter) refillAll(batch []*entry) {
+	now := l.now()
+	var todo []*entry
+	for _, e := range batch {
+		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now {
+			todo = append(todo, e)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	var locks [len(l.keyLocks)]bool
+	for _, e := range todo {
+		locks[l.keyLockIndex(e.key)] = true
+	}
+	for i, used := range locks {
+		if used {
+			l.keyLocks[i].Lock()
+			defer l.keyLocks[i].Unlock()
+		}
+	}
+	keys := make([]string, 0, len(todo))
+	claims := make([]remote.Claim, 0, len(todo))
+	live := todo[:0]
+	for _, e := range todo {
+		if e.stale.Load() { // a Reset got in before the locks
+			continue
+		}
+		live = append(live, e)
+		keys = append(keys, e.key)
+		claims = append(claims, remote.Claim{Min: 1, Want: l.size(e, 1, now)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+	grants := l.bucket.LeaseBatch(ctx, keys, claims)
+	cancel()
+	l.stats.redisCalls.Add(1)
+	for i, g := range grants {
+		if g.Err != nil {
+			l.stats.redisErrors.Add(1)
+			continue
+		}
+		l.apply(live[i], now, g.Granted, g.Result)
 	}
 }

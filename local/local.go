@@ -93,8 +93,9 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
-	if limit.Capacity() > math.MaxInt32 {
-		return nil, fmt.Errorf("%w: local: burst %d is above %d", tierlimit.ErrInvalidLimit, limit.Capacity(), math.MaxInt32)
+	if limit.Capacity() > math.MaxInt {
+		// x/time/rate takes the burst as an int: 32 bits on some platforms.
+		return nil, fmt.Errorf("%w: local: burst %d is above %d", tierlimit.ErrInvalidLimit, limit.Capacity(), math.MaxInt)
 	}
 	cfg := config{maxKeys: DefaultMaxKeys, clock: systemClock{}}
 	for _, o := range opts {

@@ -85,8 +85,8 @@ func TestBadInput(t *testing.T) {
 	if _, err := New(tierlimit.Limit{}); !errors.Is(err, tierlimit.ErrInvalidLimit) {
 		t.Errorf("New(zero limit) = %v, want ErrInvalidLimit", err)
 	}
-	if _, err := New(tierlimit.PerSecond(1).WithBurst(1 << 40)); !errors.Is(err, tierlimit.ErrInvalidLimit) {
-		t.Errorf("New(huge burst) = %v, want ErrInvalidLimit", err)
+	if _, err := New(tierlimit.PerSecond(1).WithBurst(1 << 52)); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("New(overflowing burst) = %v, want ErrInvalidLimit", err)
 	}
 	for _, o := range []Option{WithMaxKeys(0), WithMaxKeys(-1), WithClock(nil), nil} {
 		if _, err := New(tierlimit.PerSecond(1), o); !errors.Is(err, tierlimit.ErrInvalidOption) {

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -126,4 +127,28 @@ func TestNoScript(t *testing.T) {
 		}
 	}
 	assertTTLs(t, rdb)
+}
+
+func TestLeaseBatch(t *testing.T) {
+	b := miniBackend(t)
+	b.set(t0)
+	tb, err := NewTokenBucket(b.rdb, tierlimit.PerHour(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := tb.AllowN(ctx, "y", 8); err != nil {
+		t.Fatal(err)
+	}
+	grants := tb.LeaseBatch(ctx, []string{"x", "y", "z"},
+		[]Claim{{Min: 1, Want: 6}, {Min: 3, Want: 5}, {Min: 1, Want: 10, Refund: 0}})
+	want := []int64{6, 0, 10}
+	for i, g := range grants {
+		if g.Err != nil || g.Granted != want[i] || g.Result.Allowed != (want[i] > 0) {
+			t.Errorf("grant %d = %+v, want %d granted", i, g, want[i])
+		}
+	}
+	if bad := tb.LeaseBatch(ctx, []string{"x", ""}, []Claim{{Want: 1}, {Want: 1}}); !errors.Is(bad[0].Err, tierlimit.ErrInvalidKey) {
+		t.Errorf("LeaseBatch with an empty key = %v, want ErrInvalidKey for all", bad[0].Err)
+	}
 }

@@ -56,15 +56,22 @@ type Claim struct {
 // Min, with Remaining the tokens left in Redis and RetryAfter the wait until
 // Min are available. Granted tokens are debited in Redis before Lease returns.
 func (b *TokenBucket) Lease(ctx context.Context, key string, c Claim) (int64, tierlimit.Result, error) {
-	if err := b.check(key, c.Want); err != nil {
+	if err := b.checkClaim(key, c); err != nil {
 		return 0, tierlimit.Result{}, err
-	}
-	if c.Min < 0 || c.Min > c.Want || c.Refund < 0 || c.Refund > b.maxN {
-		return 0, tierlimit.Result{}, fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
-			tierlimit.ErrInvalidCost, c, b.maxN)
 	}
 	res, granted, err := b.call(ctx, key, c.Min, c.Want, c.Refund)
 	return granted, res, err
+}
+
+func (b *TokenBucket) checkClaim(key string, c Claim) error {
+	if err := b.check(key, c.Want); err != nil {
+		return err
+	}
+	if c.Min < 0 || c.Min > c.Want || c.Refund < 0 || c.Refund > b.maxN {
+		return fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
+			tierlimit.ErrInvalidCost, c, b.maxN)
+	}
+	return nil
 }
 
 // Refund gives N unspent tokens back to Key.
@@ -83,20 +90,9 @@ func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) (failed []R
 			return refunds, err
 		}
 	}
-	cmds := b.refund(ctx, refunds, nil)
-	// A pipeline does not fall back to EVAL by itself: send again, with
-	// EVAL, exactly the refunds the server did not run.
-	var again []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		for j, c := range b.refund(ctx, refunds, again) {
-			cmds[again[j]] = c
-		}
-	}
+	cmds := b.pipeline(ctx, len(refunds), func(i int) (string, []int64) {
+		return refunds[i].Key, []int64{0, 0, refunds[i].N}
+	})
 	var errs []error
 	for i, c := range cmds {
 		if c.Err() != nil {
@@ -107,21 +103,73 @@ func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) (failed []R
 	return failed, errors.Join(errs...)
 }
 
-// refund pipelines the refunds with EVALSHA, or with EVAL those at index in only.
-func (b *TokenBucket) refund(ctx context.Context, refunds []Refund, only []int) []*redis.Cmd {
-	n := len(refunds)
+// Grant is the outcome of one claim of LeaseBatch.
+type Grant struct {
+	Granted int64
+	Result  tierlimit.Result
+	Err     error // this claim failed; nothing was taken
+}
+
+// LeaseBatch runs claims[i] for keys[i], as Lease does, in one pipelined
+// round trip (one per Cluster node). Bad input fails every claim before any
+// is sent.
+func (b *TokenBucket) LeaseBatch(ctx context.Context, keys []string, claims []Claim) []Grant {
+	grants := make([]Grant, len(claims))
+	for i, c := range claims {
+		if err := b.checkClaim(keys[i], c); err != nil {
+			for j := range grants {
+				grants[j].Err = err
+			}
+			return grants
+		}
+	}
+	cmds := b.pipeline(ctx, len(claims), func(i int) (string, []int64) {
+		return keys[i], []int64{claims[i].Min, claims[i].Want, claims[i].Refund}
+	})
+	for i, c := range cmds {
+		reply, err := c.Slice()
+		if err == nil {
+			grants[i].Result, grants[i].Granted, err = b.result(reply)
+		}
+		grants[i].Err = err
+	}
+	return grants
+}
+
+// pipeline runs the script n times, call i with the key and ARGV head that
+// at(i) returns, in one pipeline. A pipeline does not fall back to EVAL by
+// itself: the calls the server answered NOSCRIPT are sent again with EVAL,
+// and only those, so that none runs twice.
+func (b *TokenBucket) pipeline(ctx context.Context, n int, at func(int) (string, []int64)) []*redis.Cmd {
+	cmds := b.send(ctx, n, at, nil)
+	var again []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		for j, c := range b.send(ctx, n, at, again) {
+			cmds[again[j]] = c
+		}
+	}
+	return cmds
+}
+
+// send pipelines the calls with EVALSHA, or with EVAL those at index in only.
+func (b *TokenBucket) send(ctx context.Context, n int, at func(int) (string, []int64), only []int) []*redis.Cmd {
 	if only != nil {
 		n = len(only)
 	}
 	cmds := make([]*redis.Cmd, n)
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
-			run := b.alg.script.EvalSha
-			r := refunds[i]
+			run, j := b.alg.script.EvalSha, i
 			if only != nil {
-				run, r = b.alg.script.Eval, refunds[only[i]]
+				run, j = b.alg.script.Eval, only[i]
 			}
-			cmds[i] = run(ctx, p, b.redisKeys(r.Key), b.args([]int64{0, 0, r.N})...)
+			key, head := at(j)
+			cmds[i] = run(ctx, p, b.redisKeys(key), b.args(head)...)
 		}
 		return nil
 	})

@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"golang.org/x/time/rate"
+)
+
+// plenty never runs out during a benchmark: every call is allowed, so the
+// hot path is what is measured.
+var plenty = tierlimit.Limit{Rate: 1_000_000, Period: 1e9, Burst: 1 << 40}
+
+// regimes are the limits of the hybrid benchmarks: nothing denied, and a
+// hot key far over its limit (almost everything denied).
+var regimes = []struct {
+	name  string
+	limit tierlimit.Limit
+}{
+	{"allowed", plenty},
+	{"saturated", tierlimit.PerSecond(1000)},
+}
+
+// localPeer is a limiter that decides in process, built per benchmark.
+type localPeer struct {
+	name  string
+	build func(b *testing.B, rdb *redis.Client, l tierlimit.Limit) allowFunc
+}
+
+// hotPeers: hybrid, x/time/rate (one limiter, the in-process ideal), and
+// redis_rate (one round trip per decision).
+var hotPeers = []localPeer{
+	{"hybrid", func(b *testing.B, rdb *redis.Client, l tierlimit.Limit) allowFunc { return buildHybrid(b, rdb, l) }},
+	{"xrate", func(_ *testing.B, _ *redis.Client, l tierlimit.Limit) allowFunc {
+		lim := rate.NewLimiter(xrateLimit(l), int(l.Capacity()))
+		return func(context.Context, string) (bool, int64, error) { return lim.Allow(), 0, nil }
+	}},
+	{"redis_rate", func(b *testing.B, rdb *redis.Client, l tierlimit.Limit) allowFunc {
+		f, _ := redisRate(rdb, l)
+		return f
+	}},
+}
+
+// zipfPeers: hybrid and the usual local baseline, a sync.Map of
+// x/time/rate limiters created on first use.
+var zipfPeers = []localPeer{
+	{"hybrid", func(b *testing.B, rdb *redis.Client, l tierlimit.Limit) allowFunc { return buildHybrid(b, rdb, l) }},
+	{"hybrid_ttl10s", func(b *testing.B, rdb *redis.Client, l tierlimit.Limit) allowFunc {
+		return buildHybrid(b, rdb, l, hybrid.WithLeaseTTL(10*time.Second))
+	}},
+	{"syncmap_xrate", func(_ *testing.B, _ *redis.Client, l tierlimit.Limit) allowFunc {
+		var m sync.Map
+		every, burst := xrateLimit(l), int(l.Capacity())
+		return func(_ context.Context, key string) (bool, int64, error) {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, rate.NewLimiter(every, burst))
+			}
+			return v.(*rate.Limiter).Allow(), 0, nil
+		}
+	}},
+}
+
+func buildHybrid(b *testing.B, rdb *redis.Client, l tierlimit.Limit, opts ...hybrid.Option) allowFunc {
+	lim, err := hybrid.New(rdb, l, append([]hybrid.Option{hybrid.WithPrefix("bench:")}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lim.Close() })
+	return func(ctx context.Context, key string) (bool, int64, error) {
+		r, err := lim.Allow(ctx, key)
+		return r.Allowed, r.Remaining, err
+	}
+}
+
+func xrateLimit(l tierlimit.Limit) rate.Limit {
+	return rate.Limit(float64(l.Rate) / l.Period.Seconds())
+}
+
+// BenchmarkHotKey is one hot key, serial: hybrid against x/time/rate and
+// redis_rate, with Redis calls per 1000 decisions counted by Redis.
+func BenchmarkHotKey(b *testing.B) { benchHot(b, false) }
+
+// BenchmarkHotKeyParallel is BenchmarkHotKey from GOMAXPROCS goroutines.
+func BenchmarkHotKeyParallel(b *testing.B) { benchHot(b, true) }
+
+func benchHot(b *testing.B, parallel bool) {
+	srv := redistest.Start(b)
+	for _, rg := range regimes {
+		for _, p := range hotPeers {
+			b.Run(rg.name+"/"+p.name, func(b *testing.B) {
+				rdb := srv.Client(b)
+				allow := p.build(b, rdb, rg.limit)
+				run(b, rdb, allow, parallel, 10_000, func(int) string { return hotKey })
+			})
+		}
+	}
+}
+
+// BenchmarkZipf10k draws keys from 10,000 with a Zipf (s = 1.1) skew:
+// hybrid against a sync.Map of x/time/rate limiters.
+func BenchmarkZipf10k(b *testing.B) {
+	keys := zipfKeys(10_000, 1<<16)
+	srv := redistest.Start(b)
+	for _, parallel := range []bool{false, true} {
+		mode := "serial"
+		if parallel {
+			mode = "parallel"
+		}
+		for _, p := range zipfPeers {
+			b.Run(mode+"/"+p.name, func(b *testing.B) {
+				rdb := srv.Client(b)
+				allow := p.build(b, rdb, plenty)
+				// 20 passes over the key sequence.
+				run(b, rdb, allow, parallel, 20*len(keys), func(i int) string { return keys[i&(len(keys)-1)] })
+			})
+		}
+	}
+}
+
+// run times allow, serially or in parallel, and reports Redis script calls
+// per 1000 decisions. Each limiter is first brought to its steady state by
+// warm calls (scripts loaded, every key's lease grown to its demand), as in
+// a service that has been running for a while.
+func run(b *testing.B, rdb *redis.Client, allow allowFunc, parallel bool, warm int, key func(int) string) {
+	ctx := context.Background()
+	for i := 0; i < warm; i++ {
+		if _, _, err := allow(ctx, key(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if parallel {
+		var seed uint64
+		var mu sync.Mutex
+		b.RunParallel(func(pb *testing.PB) {
+			mu.Lock()
+			seed++
+			i := int(seed * 7919)
+			mu.Unlock()
+			for pb.Next() {
+				i++
+				if _, _, err := allow(ctx, key(i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	} else {
+		for i := 0; i < b.N; i++ {
+			if _, _, err := allow(ctx, key(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	st, err := readScriptStats(ctx, rdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(1000*float64(st.scripts)/float64(b.N), "redis-calls/1k")
+}
+
+// zipfKeys returns n keys drawn from space keys with a Zipf skew (s = 1.1).
+func zipfKeys(space uint64, n int) []string {
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, space-1)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "k" + strconv.FormatUint(z.Uint64(), 10)
+	}
+	return keys
+}

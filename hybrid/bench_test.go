@@ -1,0 +1,47 @@
+package hybrid
+
+import (
+	"context"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"golang.org/x/time/rate"
+)
+
+// plenty never runs out during a benchmark: every call takes the lease path.
+var plenty = tierlimit.Limit{Rate: 1_000_000, Period: 1e9, Burst: 1 << 40}
+
+// BenchmarkAllowLease is the hot path: a hot key whose lease always holds
+// tokens. Compare with BenchmarkXRate (golang.org/x/time/rate, one limiter).
+func BenchmarkAllowLease(b *testing.B) {
+	m := miniredis.RunT(b)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	l, err := New(rdb, plenty)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for i := 0; i < 1000; i++ {
+		l.Allow(ctx, "hot")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, _ := l.Allow(ctx, "hot"); !r.Allowed {
+			b.Fatal("denied")
+		}
+	}
+}
+
+func BenchmarkXRate(b *testing.B) {
+	l := rate.NewLimiter(rate.Limit(plenty.Rate), int(plenty.Burst))
+	b.ReportAllocs()
+	for b.Loop() {
+		if !l.Allow() {
+			b.Fatal("denied")
+		}
+	}
+}
