@@ -6,61 +6,23 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/callcount"
+	"github.com/tierlimit/tierlimit/internal/clocktest"
 )
-
-// callCounter is a go-redis hook counting script calls (EVALSHA, EVAL),
-// pipelined or not.
-type callCounter struct{ n atomic.Int64 }
-
-func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			c.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (c *callCounter) count(cmd redis.Cmder) {
-	if name := cmd.Name(); name == "evalsha" || name == "eval" {
-		c.n.Add(1)
-	}
-}
-
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *stepClock) Add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
 
 // env is a limiter on miniredis whose server clock and local clock move
 // together, only when the test says.
 type env struct {
 	m      *miniredis.Miniredis
 	rdb    *redis.Client
-	clock  *stepClock
-	calls  *callCounter
+	clock  *clocktest.Clock
+	calls  *callcount.Hook
 	ctx    context.Context
 	bucket tierlimit.Limit
 }
@@ -69,9 +31,9 @@ func newEnv(t testing.TB) *env {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	calls := &callCounter{}
+	calls := &callcount.Hook{}
 	rdb.AddHook(calls)
-	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	clock := clocktest.New(time.Unix(1_700_000_000, 0))
 	m.SetTime(clock.Now())
 	return &env{m: m, rdb: rdb, clock: clock, calls: calls, ctx: context.Background()}
 }
@@ -133,7 +95,7 @@ func TestHotKeyLeases(t *testing.T) {
 	if admitted < 1200 {
 		t.Errorf("admitted %d < 1200 (92%% of the bucket bound)", admitted)
 	}
-	calls := e.calls.n.Load()
+	calls := e.calls.Calls()
 	t.Logf("3000 decisions, %d admitted, %d Redis calls, stats %+v", admitted, calls, l.Stats())
 	if calls > 60 {
 		t.Errorf("%d Redis calls for 3000 decisions, want <= 60 (20 per 1000)", calls)
@@ -152,7 +114,7 @@ func TestBlockedKeyMakesNoRedisCall(t *testing.T) {
 	if r.Allowed || r.Source != tierlimit.SourceRemote || r.RetryAfter != 12*time.Second {
 		t.Fatalf("6th call = %+v, want denied by remote with RetryAfter 12s", r)
 	}
-	before := e.calls.n.Load()
+	before := e.calls.Calls()
 	for i := 0; i < 100; i++ {
 		e.step(100 * time.Millisecond) // 10 s in all, less than RetryAfter
 		r, _ := l.Allow(e.ctx, "k")
@@ -160,7 +122,7 @@ func TestBlockedKeyMakesNoRedisCall(t *testing.T) {
 			t.Fatalf("blocked call %d = %+v, want denied locally", i, r)
 		}
 	}
-	if got := e.calls.n.Load() - before; got != 0 {
+	if got := e.calls.Calls() - before; got != 0 {
 		t.Errorf("%d Redis calls while the key was blocked, want 0", got)
 	}
 	e.step(2 * time.Second)

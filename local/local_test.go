@@ -10,19 +10,12 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/clocktest"
 )
 
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *stepClock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
-
-func newTest(t *testing.T, limit tierlimit.Limit, opts ...Option) (*Limiter, *stepClock) {
+func newTest(t *testing.T, limit tierlimit.Limit, opts ...Option) (*Limiter, *clocktest.Clock) {
 	t.Helper()
-	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	clock := clocktest.New(time.Unix(1_700_000_000, 0))
 	l, err := New(limit, append([]Option{WithClock(clock)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

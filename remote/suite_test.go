@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/clocktest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
@@ -48,24 +48,6 @@ var algorithms = []struct {
 	{"SlidingWindow", ctor(NewSlidingWindow), true},
 }
 
-// fakeClock is a settable Clock, safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // backend is a Redis the suite runs on, with a way to set the time the
 // scripts see.
 type backend struct {
@@ -86,7 +68,7 @@ func miniBackend(t *testing.T) backend {
 }
 
 func clientClockBackend(rdb redis.UniversalClient) backend {
-	c := &fakeClock{}
+	c := &clocktest.Clock{}
 	return backend{rdb: rdb, opts: []Option{WithClientClock(c)}, set: c.Set}
 }
 

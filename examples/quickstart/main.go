@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -96,14 +97,15 @@ type outcome struct {
 func fleet(opts *redis.Options, strategy string, limit tierlimit.Limit, d time.Duration) (outcome, error) {
 	key := fmt.Sprintf("hot-%s-%d", strategy, time.Now().UnixNano())
 	var out outcome
-	var decisions, admitted, calls atomic.Int64
+	var decisions, admitted atomic.Int64
+	calls := &callcount.Hook{}
 	var wg sync.WaitGroup
 	start := time.Now()
 	deadline := start.Add(d)
 	errs := make(chan error, instances*goroutines)
 	for i := 0; i < instances; i++ {
 		rdb := redis.NewClient(opts)
-		rdb.AddHook(countCalls{&calls})
+		rdb.AddHook(calls)
 		defer rdb.Close()
 		var lim tierlimit.Limiter
 		var closeFn func() error
@@ -145,29 +147,5 @@ func fleet(opts *redis.Options, strategy string, limit tierlimit.Limit, d time.D
 	if err := <-errs; err != nil {
 		return out, err
 	}
-	return outcome{decisions.Load(), admitted.Load(), calls.Load(), time.Since(start)}, nil
-}
-
-// countCalls is a go-redis hook counting script calls.
-type countCalls struct{ n *atomic.Int64 }
-
-func (c countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (c countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			c.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (c countCalls) count(cmd redis.Cmder) {
-	if n := cmd.Name(); n == "evalsha" || n == "eval" {
-		c.n.Add(1)
-	}
+	return outcome{decisions.Load(), admitted.Load(), calls.Calls(), time.Since(start)}, nil
 }
