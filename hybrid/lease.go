@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -14,7 +15,8 @@ import (
 // entry is the in-process state of one key. Its fields are atomics: the hot
 // path reads and spends without a lock.
 type entry struct {
-	key string
+	key    string
+	stripe uint8 // of the decision counters
 
 	tokens       atomicInt // leased tokens not yet spent
 	blockedUntil atomicInt // ns: Redis cannot grant n tokens before then
@@ -24,8 +26,9 @@ type entry struct {
 	demand       atomicInt // tokens spent since the last claim
 	lastClaim    atomicInt // ns of the last claim
 	refilling    atomicBool
-	evicted      atomicBool // ristretto dropped e: refund its tokens, refill it no more
-	stale        atomicBool // Reset forgot the key: e takes no more tokens
+	refillDone   atomic.Pointer[chan struct{}] // closed when the queued refill is done
+	evicted      atomicBool                    // ristretto dropped e: refund its tokens, refill it no more
+	stale        atomicBool                    // Reset forgot the key: e takes no more tokens
 }
 
 // hotSlots is the size of the front table of hot entries (a power of two).
@@ -75,7 +78,7 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		Remaining:  remaining,
 		ResetAfter: time.Duration(l.limit.Capacity()-remaining) * l.limit.Every(),
 		Source:     src,
-	}), true
+	}, e.stripe), true
 }
 
 // blocked returns a denial from src while Redis is known to hold fewer than
@@ -108,6 +111,18 @@ func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Res
 	// A claim shared with other callers may leave too few tokens for this
 	// one: claim again, a bounded number of times.
 	for attempt := 0; attempt < 4; attempt++ {
+		if e, ok := l.lookup(key); ok {
+			// A background refill in flight is this caller's claim too.
+			if err := l.awaitRefill(ctx, e); err != nil {
+				return tierlimit.Result{}, err
+			}
+			if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
+				return res, nil
+			}
+			if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
+				return l.record(res, e.stripe), nil
+			}
+		}
 		v, err, _ := l.flights.Do(key, func() (any, error) { return l.lease(ctx, key, n) })
 		if err != nil {
 			return l.fall(ctx, key, n)
@@ -117,7 +132,7 @@ func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Res
 			return res, nil
 		}
 		if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-			return l.record(res), nil
+			return l.record(res, e.stripe), nil
 		}
 		if err := ctx.Err(); err != nil {
 			return tierlimit.Result{}, err
@@ -127,7 +142,7 @@ func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Res
 	return l.record(tierlimit.Result{
 		Limit: l.limit, RetryAfter: l.limit.Every(), Source: tierlimit.SourceRemote,
 		ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
-	}), nil
+	}, 0), nil
 }
 
 // lease claims tokens for key into its entry: at least n (or nothing), at
@@ -163,13 +178,16 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 		l.stats.redisErrors.Add(1)
 		return err
 	}
-	l.apply(e, now, granted, res)
+	l.apply(e, now, want, granted, res)
 	return nil
 }
 
-// apply records a claim's outcome in e: the tokens granted, the demand
-// measurement restarted, and the key blocked if Redis had too few.
-func (l *Limiter) apply(e *entry, now, granted int64, res tierlimit.Result) {
+// apply records a claim of want tokens in e: the tokens granted, the demand
+// measurement restarted, and the key blocked if Redis had too few. A partial
+// grant means Redis ran dry: the key then waits, like a denied one, for a
+// lease to accrue (spending what it got first) instead of asking again for
+// every few tokens.
+func (l *Limiter) apply(e *entry, now, want, granted int64, res tierlimit.Result) {
 	e.remote.Store(res.Remaining)
 	e.demand.Store(0)
 	e.lastClaim.Store(now)
@@ -182,7 +200,7 @@ func (l *Limiter) apply(e *entry, now, granted int64, res tierlimit.Result) {
 		e.tokens.Add(granted)
 		l.hold(e)
 	}
-	if res.Allowed {
+	if res.Allowed && (granted >= want || l.cfg.maxLease == 1) {
 		e.blockedUntil.Store(0)
 	} else {
 		e.blockedUntil.Store(now + int64(l.blockFor(res)))
@@ -232,7 +250,7 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 		l.stats.redisErrors.Add(1)
 		return l.fall(ctx, key, 0)
 	}
-	return l.record(res), nil
+	return l.record(res, 0), nil
 }
 
 // fall decides with the in-process fallback limiter.
@@ -246,14 +264,14 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 	if n > fb.Capacity() {
 		// More than the fallback's burst can never pass it: deny, never
 		// charge a part.
-		return l.record(tierlimit.Result{Limit: fb, RetryAfter: fb.Period, Source: tierlimit.SourceFallback}), nil
+		return l.record(tierlimit.Result{Limit: fb, RetryAfter: fb.Period, Source: tierlimit.SourceFallback}, 0), nil
 	}
 	res, err := l.fallback.AllowN(ctx, key, n)
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
 	res.Source = tierlimit.SourceFallback
-	return l.record(res), nil
+	return l.record(res, 0), nil
 }
 
 // entry returns key's entry, creating and caching it if needed.
@@ -261,7 +279,7 @@ func (l *Limiter) entry(key string) *entry {
 	if e, ok := l.lookup(key); ok {
 		return e
 	}
-	e := &entry{key: key}
+	e := &entry{key: key, stripe: uint8(xxhash.Sum64String(key))}
 	// Wait makes the entry visible to the next Get. If ristretto refuses or
 	// drops it, the entry still serves this claim and its tokens are in
 	// held: the janitor refunds them.
@@ -292,11 +310,38 @@ func (l *Limiter) refill(e *entry) {
 	if !e.refilling.CompareAndSwap(false, true) {
 		return
 	}
+	done := make(chan struct{})
+	e.refillDone.Store(&done)
 	select {
 	case l.refills <- e:
 	default:
-		e.refilling.Store(false) // workers busy: the next spend asks again
+		l.refilled(e) // workers busy: the next spend asks again
 	}
+}
+
+// refilled ends e's refill and wakes the callers waiting on it.
+func (l *Limiter) refilled(e *entry) {
+	e.refilling.Store(false)
+	if done := e.refillDone.Swap(nil); done != nil {
+		close(*done)
+	}
+}
+
+// awaitRefill waits, within the call budget, for a refill of e in flight.
+func (l *Limiter) awaitRefill(ctx context.Context, e *entry) error {
+	done := e.refillDone.Load()
+	if done == nil {
+		return nil
+	}
+	t := time.NewTimer(l.cfg.callBudget)
+	defer t.Stop()
+	select {
+	case <-*done:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // refillBatch is the most leases one background round trip refills.
@@ -324,7 +369,7 @@ func (l *Limiter) refiller() {
 			}
 			l.refillAll(batch)
 			for _, e := range batch {
-				e.refilling.Store(false)
+				l.refilled(e)
 			}
 		}
 	}
@@ -373,6 +418,6 @@ func (l *Limiter) refillAll(batch []*entry) {
 			l.stats.redisErrors.Add(1)
 			continue
 		}
-		l.apply(live[i], now, g.Granted, g.Result)
+		l.apply(live[i], now, claims[i].Want, g.Granted, g.Result)
 	}
 }
