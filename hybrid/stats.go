@@ -19,10 +19,10 @@ type Stats struct {
 	Held     int64 // tokens in leases right now
 }
 
-// counters are the live counters behind Stats.
+// counters are the live counters behind Stats, besides the decision
+// counters (Limiter.decided). Spent is derived: leased - refunded - lost -
+// held, where held is summed over the leases.
 type counters struct {
-	local, blocked, remote, fallback atomic.Int64
-	allowed, denied                  atomic.Int64
-	redisCalls, redisErrors          atomic.Int64
-	leased, spent, refunded, lost    atomic.Int64
+	redisCalls, redisErrors atomic.Int64
+	leased, refunded, lost  atomic.Int64
 }
