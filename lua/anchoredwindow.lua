@@ -19,8 +19,12 @@ local allowed = 1
 for i = 1, n do
   local a = 2 + (i - 1) * 2
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local st = fields(redis.call('GET', KEYS[i])) or {}
-  local s, c = st[1], st[2]
+  local s, c
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local vs, vc = string.match(v, '^(%d+):(%d+)$')
+    s, c = tonumber(vs), tonumber(vc)
+  end
   if s == nil or c == nil or now >= s + p[i] or s > now then
     s, c = now, 0
   end
@@ -35,7 +39,7 @@ for i = 1, n do
   local retry = 0
   if allowed == 1 and cost > 0 then
     c = c + cost
-    put(KEYS[i], str(start[i]) .. ':' .. str(c), left)
+    put(KEYS[i], string.format('%d:%d', start[i], c), left)
   elseif allowed == 0 and c + cost > rate[i] then
     retry = left
   end

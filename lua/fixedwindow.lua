@@ -21,9 +21,12 @@ for i = 1, n do
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local w = idiv(now, p[i])
   wend[i] = (w + 1) * p[i] - now
-  local st = fields(redis.call('GET', KEYS[i]))
   local c = 0
-  if st and st[1] == w and st[2] then c = st[2] end
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local sw, sc = string.match(v, '^(%d+):(%d+)$')
+    if tonumber(sw) == w then c = tonumber(sc) end
+  end
   cnt[i] = c
   if c + cost > rate[i] then allowed = 0 end
 end
@@ -34,7 +37,7 @@ for i = 1, n do
   local retry = 0
   if allowed == 1 and cost > 0 then
     c = c + cost
-    put(KEYS[i], str(idiv(now, p[i])) .. ':' .. str(c), wend[i])
+    put(KEYS[i], string.format('%d:%d', idiv(now, p[i]), c), wend[i])
   elseif allowed == 0 and c + cost > rate[i] then
     retry = wend[i]
   end

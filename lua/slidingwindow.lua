@@ -27,8 +27,12 @@ for i = 1, n do
   local a = 2 + (i - 1) * 3
   p[i], rate[i], q[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   w[i] = idiv(now, p[i])
-  local st = fields(redis.call('GET', KEYS[i])) or {}
-  local sw, c, pc = st[1], st[2] or 0, st[3] or 0
+  local sw, c, pc = nil, 0, 0
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local vw, vc, vp = string.match(v, '^(%d+):(%d+):(%d+)$')
+    sw, c, pc = tonumber(vw), tonumber(vc), tonumber(vp)
+  end
   if sw == w[i] - 1 then
     pc = c -- the window rolled over: this window's count becomes the previous one
     c = 0
@@ -62,7 +66,7 @@ for i = 1, n do
   if allowed == 1 and cost > 0 then
     c = c + cost
     est[i] = est[i] + cost
-    put(KEYS[i], str(w[i]) .. ':' .. str(c) .. ':' .. str(prev[i]), (w[i] + 2) * p[i] - now)
+    put(KEYS[i], string.format('%d:%d:%d', w[i], c, prev[i]), (w[i] + 2) * p[i] - now)
   elseif allowed == 0 and est[i] + cost > rate[i] then
     retry = fits(i, prev[i], rate[i] - cost - c, w[i] * p[i])
     if retry == nil then

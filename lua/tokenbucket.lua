@@ -21,30 +21,30 @@
 local now = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n = #KEYS
-local lvl, last, unit, per, cap = {}, {}, {}, {}, {}
+-- Per limit i, flat: lvl[i] level after refill and refund, last[i] time.
+local lvl, last = {}, {}
 local grant = want
 for i = 1, n do
   local a = 4 + (i - 1) * 3
-  unit[i], per[i], cap[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local full = cdiv(cap[i], per[i])
-  local st = fields(redis.call('GET', KEYS[i]))
-  local s, ts
-  if st then s, ts = st[1], st[2] end
-  if s == nil or ts == nil then
-    s, ts = cap[i], now
-  else
+  local unit, per, cap = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local s, ts = cap, now
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local x, y = string.match(v, '^(%d+):(%d+)$')
+    s, ts = tonumber(x), tonumber(y)
     local e = now - ts
-    if e >= full then
-      s = cap[i]
+    if e >= cdiv(cap, per) then
+      s = cap
     elseif e > 0 then
-      s = math.min(cap[i], s + e * per[i])
+      s = math.min(cap, s + e * per)
     end
     -- A server clock that stepped back must not refill twice.
     if ts < now then ts = now end
   end
-  s = math.min(cap[i], s + refund * unit[i])
+  if refund > 0 then s = math.min(cap, s + refund * unit) end
   lvl[i], last[i] = s, ts
-  grant = math.min(grant, idiv(s, unit[i]))
+  local avail = idiv(s, unit)
+  if avail < grant then grant = avail end
 end
 
 local allowed = 1
@@ -53,21 +53,24 @@ if grant < min then
 end
 
 local reply = {allowed, grant}
+local r = 2
 for i = 1, n do
-  local s = lvl[i] - grant * unit[i]
+  local a = 4 + (i - 1) * 3
+  local unit, per, cap = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local s = lvl[i] - grant * unit
+  local reset = cdiv(cap - s, per)
   if grant > 0 or refund > 0 then
-    if s >= cap[i] then
+    if s >= cap then
       redis.call('DEL', KEYS[i])
     else
-      put(KEYS[i], str(s) .. ':' .. str(last[i]), cdiv(cap[i] - s, per[i]))
+      redis.call('SET', KEYS[i], string.format('%d:%d', s, last[i]), 'PX', ttl_ms(reset))
     end
   end
   local retry = 0
-  if allowed == 0 and s < min * unit[i] then
-    retry = cdiv(min * unit[i] - s, per[i])
+  if allowed == 0 and s < min * unit then
+    retry = cdiv(min * unit - s, per)
   end
-  reply[#reply + 1] = idiv(s, unit[i])
-  reply[#reply + 1] = retry
-  reply[#reply + 1] = cdiv(cap[i] - s, per[i])
+  reply[r + 1], reply[r + 2], reply[r + 3] = idiv(s, unit), retry, reset
+  r = r + 3
 end
 return reply
