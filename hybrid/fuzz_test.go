@@ -1,7 +1,6 @@
 package hybrid
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -61,22 +60,12 @@ func FuzzOps(f *testing.F) {
 				}
 			}
 		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		s := l.Stats()
-		checkLedger(t, s, admitted)
-		if s.Held != 0 || s.Lost != 0 {
-			t.Fatalf("after Close: held %d, lost %d", s.Held, s.Lost)
-		}
-		plain := e.limiter(t, limit, WithMaxKeys(16))
+		audit := map[string]int64{}
 		for _, k := range keys {
-			if stepped[k] {
-				continue
-			}
-			if got, want := e.level(t, plain, k), limit.Capacity()-spent[k]; got != want {
-				t.Fatalf("%s: Redis holds %d, want %d (ops %s)", k, got, want, fmt.Sprintf("%x", ops))
+			if !stepped[k] { // a key whose time moved refilled: no exact level to expect
+				audit[k] = spent[k]
 			}
 		}
+		e.closeAndAudit(t, l, admitted, audit)
 	})
 }
