@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/remote"
@@ -18,17 +16,17 @@ type entry struct {
 	key    string
 	stripe uint8 // of the decision counters
 
-	tokens       atomicInt // leased tokens not yet spent
-	blockedUntil atomicInt // ns: Redis cannot grant n tokens before then
-	expires      atomicInt // ns: unspent tokens are refunded then
-	remote       atomicInt // Redis's Remaining at the last claim
-	lastSize     atomicInt // tokens granted by the last claim
-	demand       atomicInt // tokens spent since the last claim
-	lastClaim    atomicInt // ns of the last claim
-	refilling    atomicBool
+	tokens       atomic.Int64 // leased tokens not yet spent
+	blockedUntil atomic.Int64 // ns: Redis cannot grant n tokens before then
+	expires      atomic.Int64 // ns: unspent tokens are refunded then
+	remote       atomic.Int64 // Redis's Remaining at the last claim
+	lastSize     atomic.Int64 // tokens granted by the last claim
+	demand       atomic.Int64 // tokens spent since the last claim
+	lastClaim    atomic.Int64 // ns of the last claim
+	refilling    atomic.Bool
 	refillDone   atomic.Pointer[chan struct{}] // closed when the queued refill is done
-	evicted      atomicBool                    // ristretto dropped e: refund its tokens, refill it no more
-	stale        atomicBool                    // Reset forgot the key: e takes no more tokens
+	evicted      atomic.Bool                   // ristretto dropped e: refund its tokens, refill it no more
+	stale        atomic.Bool                   // Reset forgot the key: e takes no more tokens
 }
 
 // hotSlots is the size of the front table of hot entries (a power of two).
@@ -40,7 +38,7 @@ const touchEvery = 64
 
 // lookup returns key's entry from the front table, or from ristretto.
 func (l *Limiter) lookup(key string) (*entry, bool) {
-	slot := &l.hot[xxhash.Sum64String(key)&(hotSlots-1)]
+	slot := &l.hot[keyHash(key)&(hotSlots-1)]
 	if e := slot.Load(); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
 		if e.demand.Load()%touchEvery == touchEvery-1 {
 			l.cache.Get(key)
@@ -255,7 +253,7 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 
 // fall decides with the in-process fallback limiter.
 func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if e, ok := l.cache.Get(key); ok {
+	if e, ok := l.lookup(key); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
 			return res, nil // a lease still held is spent first
 		}
@@ -279,7 +277,7 @@ func (l *Limiter) entry(key string) *entry {
 	if e, ok := l.lookup(key); ok {
 		return e
 	}
-	e := &entry{key: key, stripe: uint8(xxhash.Sum64String(key))}
+	e := &entry{key: key, stripe: uint8(keyHash(key))}
 	// Wait makes the entry visible to the next Get. If ristretto refuses or
 	// drops it, the entry still serves this claim and its tokens are in
 	// held: the janitor refunds them.
@@ -408,6 +406,9 @@ func (l *Limiter) refillAll(batch []*entry) {
 		live = append(live, e)
 		keys = append(keys, e.key)
 		claims = append(claims, remote.Claim{Min: 1, Want: l.size(e, 1, now)})
+	}
+	if len(live) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
 	grants := l.bucket.LeaseBatch(ctx, keys, claims)

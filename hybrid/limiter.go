@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -84,11 +85,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if cfg.maxLease > capacity {
 		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, capacity)
 	}
-	var ropts []remote.Option
-	if cfg.prefix != "" {
-		ropts = append(ropts, remote.WithPrefix(cfg.prefix))
-	}
-	bucket, err := remote.NewTokenBucket(rdb, limit, ropts...)
+	bucket, err := remote.NewTokenBucket(rdb, limit, cfg.bucketOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
@@ -214,12 +211,12 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 func (l *Limiter) keyLock(key string) *sync.Mutex { return &l.keyLocks[l.keyLockIndex(key)] }
 
 func (l *Limiter) keyLockIndex(key string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return int(h % uint32(len(l.keyLocks)))
+	return int(keyHash(key) % uint64(len(l.keyLocks)))
 }
+
+// keyHash is the hash of a key behind the front table, the key locks and
+// the counter stripes.
+func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
 
 // Stats returns the counters. The ledger is read without stopping
 // decisions, so under load its parts may be a few tokens apart.

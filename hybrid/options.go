@@ -2,10 +2,10 @@ package hybrid
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/remote"
 )
 
 // Defaults of the options.
@@ -51,7 +51,7 @@ type config struct {
 	refillInterval     time.Duration
 	callBudget         time.Duration
 	maxKeys            int64
-	prefix             string
+	bucketOpts         []remote.Option // for the Redis token bucket, e.g. its prefix
 	clock              Clock
 	fallback           *tierlimit.Limit
 }
@@ -138,14 +138,12 @@ func WithMaxKeys(n int64) Option {
 	})
 }
 
-// WithPrefix sets the Redis key prefix (default remote.DefaultPrefix). It
-// must hold no '{' or '}'.
+// WithPrefix sets the Redis key prefix (default remote.DefaultPrefix), as
+// remote.WithPrefix does for the token bucket leases are claimed from: at
+// most 64 bytes, no '{' or '}'. New reports a bad prefix.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		if strings.ContainsAny(prefix, "{}") || len(prefix) > 64 {
-			return invalid("prefix %q must be at most 64 bytes without '{' or '}'", prefix)
-		}
-		c.prefix = prefix
+		c.bucketOpts = append(c.bucketOpts, remote.WithPrefix(prefix))
 		return nil
 	})
 }

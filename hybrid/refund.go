@@ -2,15 +2,9 @@ package hybrid
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/tierlimit/tierlimit/remote"
-)
-
-type (
-	atomicInt  = atomic.Int64
-	atomicBool = atomic.Bool
 )
 
 // refundBatch is the most refunds sent in one pipeline.
@@ -60,14 +54,14 @@ func (l *Limiter) refund(refunds []remote.Refund) error {
 		failed, err := l.bucket.Refund(ctx, batch...)
 		cancel()
 		l.stats.redisCalls.Add(1)
-		var lost int64
+		var sent, lost int64
+		for _, r := range batch {
+			sent += r.N
+		}
 		for _, f := range failed {
 			lost += f.N
 		}
-		for _, r := range batch {
-			l.stats.refunded.Add(r.N)
-		}
-		l.stats.refunded.Add(-lost)
+		l.stats.refunded.Add(sent - lost)
 		l.stats.lost.Add(lost)
 		if err != nil {
 			l.stats.redisErrors.Add(1)

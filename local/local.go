@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
 	"golang.org/x/time/rate"
@@ -203,10 +204,4 @@ func (l *Limiter) wait(tokens float64) time.Duration {
 	return d * time.Microsecond
 }
 
-func stripe(key string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return int(h % 64)
-}
+func stripe(key string) int { return int(xxhash.Sum64String(key) % 64) }
