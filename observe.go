@@ -1,0 +1,64 @@
+package tierlimit
+
+import "time"
+
+// Observer receives what a limiter does, for metrics and logs. Each field is
+// optional: a nil func is not called. The funcs are called synchronously on
+// the deciding goroutine (Decision) or on the goroutine that made the Redis
+// call (RedisCall, Breaker), never under a limiter's lock, so they must be
+// fast and safe for concurrent use. An Observer must not be changed after it
+// is passed to a limiter.
+//
+// Keys are not reported: they are unbounded in number and may be personal
+// data. Observer follows the pattern of net/http/httptrace: new fields may
+// be added, so set fields by name.
+type Observer struct {
+	// Decision is called once per decision that returned no error.
+	Decision func(Decision)
+	// RedisCall is called once per script call or pipeline to Redis.
+	RedisCall func(RedisCall)
+	// Breaker is called when a limiter's circuit breaker changes state.
+	Breaker func(BreakerChange)
+}
+
+// Decision describes one decision.
+type Decision struct {
+	Allowed bool
+	Source  Source
+	N       int64         // the cost asked for
+	Latency time.Duration // from the call to the decision
+}
+
+// RedisCall describes one round trip to Redis.
+type RedisCall struct {
+	Op      string        // what the call did, e.g. "allow", "claim", "refund", "heartbeat"
+	Latency time.Duration // round-trip time
+	Err     error         // nil on success
+}
+
+// BreakerChange describes a transition of a circuit breaker.
+type BreakerChange struct {
+	From, To BreakerState
+}
+
+// BreakerState is the state of a limiter's circuit breaker in front of
+// Redis.
+type BreakerState uint8
+
+// The breaker states. While Open, no decision waits on Redis; HalfOpen lets
+// probes through to find out whether Redis answers again.
+const (
+	BreakerClosed BreakerState = iota
+	BreakerHalfOpen
+	BreakerOpen
+)
+
+var breakerNames = [...]string{"closed", "half-open", "open"}
+
+// String returns the state's lower-case name, e.g. "half-open".
+func (s BreakerState) String() string {
+	if int(s) < len(breakerNames) {
+		return breakerNames[s]
+	}
+	return "unknown"
+}
