@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -77,26 +78,35 @@ func WithClock(clock Clock) Option {
 // Limiter is an in-process keyed rate limiter. It is safe for concurrent use
 // and must not be copied. Close releases its cache.
 type Limiter struct {
-	limit tierlimit.Limit
-	every rate.Limit
-	burst int
-	clock Clock
-	cache *ristretto.Cache[string, *rate.Limiter]
+	setting atomic.Pointer[setting]
+	clock   Clock
+	cache   *ristretto.Cache[string, *bucket]
 
 	// stripes serialise the creation of a key's bucket, so that concurrent
 	// first calls share one bucket.
 	stripes [64]sync.Mutex
 }
 
+// setting is a limit in x/time/rate's terms. SetLimit replaces it whole;
+// gen tells buckets made under an older one.
+type setting struct {
+	limit tierlimit.Limit
+	every rate.Limit
+	burst int
+	gen   uint64
+}
+
+// bucket is one key's limiter and the generation of the setting it follows.
+type bucket struct {
+	lim *rate.Limiter
+	gen atomic.Uint64
+}
+
 // New returns a Limiter enforcing limit for every key. It returns an error
 // wrapping tierlimit.ErrInvalidLimit or tierlimit.ErrInvalidOption.
 func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
-	if err := limit.Validate(); err != nil {
-		return nil, fmt.Errorf("local: %w", err)
-	}
-	if limit.Capacity() > math.MaxInt {
-		// x/time/rate takes the burst as an int: 32 bits on some platforms.
-		return nil, fmt.Errorf("%w: local: burst %d is above %d", tierlimit.ErrInvalidLimit, limit.Capacity(), math.MaxInt)
+	if err := checkLimit(limit); err != nil {
+		return nil, err
 	}
 	cfg := config{maxKeys: DefaultMaxKeys, clock: systemClock{}}
 	for _, o := range opts {
@@ -107,7 +117,7 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	cache, err := ristretto.NewCache(&ristretto.Config[string, *rate.Limiter]{
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *bucket]{
 		NumCounters:        cfg.maxKeys * 10,
 		MaxCost:            cfg.maxKeys,
 		BufferItems:        64,
@@ -116,17 +126,52 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: local: %v", tierlimit.ErrInvalidOption, err)
 	}
-	return &Limiter{
+	l := &Limiter{clock: cfg.clock, cache: cache}
+	l.setting.Store(newSetting(limit, 0))
+	return l, nil
+}
+
+func checkLimit(limit tierlimit.Limit) error {
+	if err := limit.Validate(); err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	if limit.Capacity() > math.MaxInt {
+		// x/time/rate takes the burst as an int: 32 bits on some platforms.
+		return fmt.Errorf("%w: local: burst %d is above %d", tierlimit.ErrInvalidLimit, limit.Capacity(), math.MaxInt)
+	}
+	return nil
+}
+
+func newSetting(limit tierlimit.Limit, gen uint64) *setting {
+	return &setting{
 		limit: limit,
 		every: rate.Limit(float64(limit.Rate) / limit.Period.Seconds()),
 		burst: int(limit.Capacity()),
-		clock: cfg.clock,
-		cache: cache,
-	}, nil
+		gen:   gen,
+	}
 }
 
 // Limit returns the limit every key is held to.
-func (l *Limiter) Limit() tierlimit.Limit { return l.limit }
+func (l *Limiter) Limit() tierlimit.Limit { return l.setting.Load().limit }
+
+// SetLimit changes the limit of every key, those already held included:
+// each keeps the tokens it has (capped at the new burst) and refills at the
+// new rate from its next call on. It returns an error wrapping
+// tierlimit.ErrInvalidLimit for a bad limit, and then changes nothing.
+func (l *Limiter) SetLimit(limit tierlimit.Limit) error {
+	if err := checkLimit(limit); err != nil {
+		return err
+	}
+	for {
+		old := l.setting.Load()
+		if old.limit == limit {
+			return nil
+		}
+		if l.setting.CompareAndSwap(old, newSetting(limit, old.gen+1)) {
+			return nil
+		}
+	}
+}
 
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
@@ -141,11 +186,20 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 	if err := tierlimit.CheckKey(key); err != nil {
 		return tierlimit.Result{}, err
 	}
-	if err := l.limit.CheckCost(n); err != nil {
+	set := l.setting.Load()
+	if err := set.limit.CheckCost(n); err != nil {
 		return tierlimit.Result{}, err
 	}
 	now := l.clock.Now()
-	return l.decide(l.bucket(key), now, n), nil
+	b := l.bucket(key, set)
+	if b.gen.Load() != set.gen {
+		// A SetLimit since this bucket last decided: it follows the new
+		// limit from now on (rate.Limiter orders the calls itself).
+		b.lim.SetLimitAt(now, set.every)
+		b.lim.SetBurstAt(now, set.burst)
+		b.gen.Store(set.gen)
+	}
+	return decide(set, b.lim, now, n), nil
 }
 
 // Reset forgets key: its next call starts with a full bucket.
@@ -164,7 +218,7 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-func (l *Limiter) bucket(key string) *rate.Limiter {
+func (l *Limiter) bucket(key string, set *setting) *bucket {
 	if b, ok := l.cache.Get(key); ok {
 		return b
 	}
@@ -174,7 +228,8 @@ func (l *Limiter) bucket(key string) *rate.Limiter {
 	if b, ok := l.cache.Get(key); ok {
 		return b
 	}
-	b := rate.NewLimiter(l.every, l.burst)
+	b := &bucket{lim: rate.NewLimiter(set.every, set.burst)}
+	b.gen.Store(set.gen)
 	// Set may be refused by the admission policy: the bucket then serves
 	// this call only, as if evicted at once.
 	if l.cache.Set(key, b, 1) {
@@ -183,24 +238,24 @@ func (l *Limiter) bucket(key string) *rate.Limiter {
 	return b
 }
 
-func (l *Limiter) decide(b *rate.Limiter, now time.Time, n int64) tierlimit.Result {
-	res := tierlimit.Result{Limit: l.limit, Source: tierlimit.SourceLocal}
+func decide(set *setting, b *rate.Limiter, now time.Time, n int64) tierlimit.Result {
+	res := tierlimit.Result{Limit: set.limit, Source: tierlimit.SourceLocal}
 	res.Allowed = n == 0 || b.AllowN(now, int(n))
 	tokens := b.TokensAt(now)
 	res.Remaining = int64(math.Max(0, math.Floor(tokens)))
 	if !res.Allowed {
-		res.RetryAfter = l.wait(float64(n) - tokens)
+		res.RetryAfter = wait(set, float64(n)-tokens)
 	}
-	res.ResetAfter = l.wait(float64(l.burst) - tokens)
+	res.ResetAfter = wait(set, float64(set.burst)-tokens)
 	return res
 }
 
 // wait returns the time to refill tokens, rounded up to the microsecond.
-func (l *Limiter) wait(tokens float64) time.Duration {
+func wait(set *setting, tokens float64) time.Duration {
 	if tokens <= 0 {
 		return 0
 	}
-	d := time.Duration(math.Ceil(tokens / float64(l.every) * 1e6))
+	d := time.Duration(math.Ceil(tokens / float64(set.every) * 1e6))
 	return d * time.Microsecond
 }
 

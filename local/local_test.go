@@ -163,3 +163,41 @@ func ExampleLimiter() {
 	// true
 	// false
 }
+
+func TestSetLimit(t *testing.T) {
+	l, clock := newTest(t, tierlimit.PerSecond(10))
+	ctx := context.Background()
+	if r, _ := l.AllowN(ctx, "old", 6); !r.Allowed {
+		t.Fatal("AllowN(old, 6) = false, want true")
+	}
+	if err := l.SetLimit(tierlimit.PerSecond(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.Limit(), tierlimit.PerSecond(2); got != want {
+		t.Errorf("Limit() = %v, want %v", got, want)
+	}
+	// A key held before keeps its 4 tokens, capped at the new burst of 2.
+	if r, _ := l.AllowN(ctx, "old", 2); !r.Allowed || r.Limit != tierlimit.PerSecond(2) {
+		t.Errorf("old key: AllowN(2) = %v under %v, want true under 2/s", r.Allowed, r.Limit)
+	}
+	if r, _ := l.AllowN(ctx, "old", 1); r.Allowed || r.RetryAfter != 500*time.Millisecond {
+		t.Errorf("old key: AllowN(1) = %v, retry %v, want false, 500ms", r.Allowed, r.RetryAfter)
+	}
+	// A new key starts with the new burst.
+	if r, _ := l.AllowN(ctx, "new", 2); !r.Allowed || r.Remaining != 0 {
+		t.Errorf("new key: AllowN(2) = %v, remaining %d, want true, 0", r.Allowed, r.Remaining)
+	}
+	clock.Add(500 * time.Millisecond)
+	if r, _ := l.AllowN(ctx, "new", 1); !r.Allowed {
+		t.Error("new key 500ms later: AllowN(1) = false, want true at 2/s")
+	}
+	if _, err := l.AllowN(ctx, "new", 3); !errors.Is(err, tierlimit.ErrInvalidCost) {
+		t.Errorf("AllowN(3) above the new burst: err = %v, want ErrInvalidCost", err)
+	}
+	if err := l.SetLimit(tierlimit.Limit{}); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("SetLimit(zero) = %v, want ErrInvalidLimit", err)
+	}
+	if got, want := l.Limit(), tierlimit.PerSecond(2); got != want {
+		t.Errorf("after a rejected SetLimit: Limit() = %v, want %v", got, want)
+	}
+}

@@ -3,9 +3,10 @@
 // then EVAL on NOSCRIPT).
 //
 // Every script reads its time from the server (TIME) unless ARGV[1] carries
-// a client clock, keeps its keys in KEYS, computes in integer microseconds,
-// and replies {allowed, granted, then per limit: remaining, retry_us,
-// reset_us}. Each file's header states its KEYS, ARGV and invariants.
+// a client clock, keeps its keys in KEYS and computes in integer
+// microseconds. The limiter scripts reply {allowed, granted, then per limit:
+// remaining, retry_us, reset_us}; heartbeat.lua replies a count. Each file's
+// header states its KEYS, ARGV and invariants.
 package lua
 
 import (
@@ -25,6 +26,8 @@ var (
 	AnchoredWindow = load("anchoredwindow.lua")
 	SlidingLog     = load("slidinglog.lua")
 	SlidingWindow  = load("slidingwindow.lua")
+	// Heartbeat keeps the set of a hybrid fleet's live instances.
+	Heartbeat = load("heartbeat.lua")
 )
 
 // Source returns the full text of the script in file name (lib.lua
