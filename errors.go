@@ -3,6 +3,7 @@ package tierlimit
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // MaxKeyLen is the longest key, in bytes, that any limiter accepts.
@@ -25,7 +26,39 @@ var (
 	ErrInvalidOption = errors.New("tierlimit: invalid option")
 	// ErrClosed is returned by a limiter's methods after its Close.
 	ErrClosed = errors.New("tierlimit: limiter closed")
+	// ErrMisconfigured is returned when Redis refuses a limiter's commands
+	// for how it is set up rather than because it is down: a wrong
+	// password (WRONGPASS, NOAUTH) or a missing ACL permission (NOPERM),
+	// e.g. for EVALSHA or SCRIPT. The hybrid tier returns it from AllowN
+	// instead of deciding on its fallback: a misconfiguration is not an
+	// outage to paper over.
+	ErrMisconfigured = errors.New("tierlimit: redis refused the limiter's commands (auth or ACL)")
 )
+
+// Misconfigured reports whether err is Redis refusing a command for an
+// authentication or permission reason (see ErrMisconfigured).
+func Misconfigured(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrMisconfigured) {
+		return true
+	}
+	// The Redis reply may be wrapped: look at every error in the chain.
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		msg := e.Error()
+		for _, p := range misconfigPrefixes {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// misconfigPrefixes begin the Redis error replies that mean the client is
+// not allowed, whatever the server's health.
+var misconfigPrefixes = []string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "ERR AUTH ", "ERR Client sent AUTH"}
 
 // CheckKey reports whether key is acceptable: non-empty and at most
 // MaxKeyLen bytes. Any bytes are allowed. Its error wraps ErrInvalidKey.

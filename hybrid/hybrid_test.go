@@ -42,7 +42,10 @@ func (e *env) step(d time.Duration) { e.m.SetTime(e.clock.Add(d)) }
 
 func (e *env) limiter(t testing.TB, limit tierlimit.Limit, opts ...Option) *Limiter {
 	t.Helper()
-	l, err := New(e.rdb, limit, append([]Option{WithClock(e.clock)}, opts...)...)
+	// A generous budget: under -race, miniredis calls can take longer than
+	// the default, and a decision that falls back would upset the tests'
+	// ledgers. Tests of the budget set their own.
+	l, err := New(e.rdb, limit, append([]Option{WithClock(e.clock), WithCallBudget(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

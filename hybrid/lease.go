@@ -2,12 +2,14 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/remote"
+	"golang.org/x/sync/singleflight"
 )
 
 // entry is the in-process state of one key. Its fields are atomics: the hot
@@ -101,17 +103,25 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 }
 
 // claim decides a call the lease could not: one Redis call per key at a
-// time, shared by the callers waiting on it.
+// time, shared by the callers waiting on it. No caller waits longer than the
+// call budget, whether or not the Redis client honours deadlines: a call
+// still running then goes on in its flight's goroutine and lands its tokens
+// in the entry for later callers.
 func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if n == 0 {
 		return l.peek(ctx, key)
 	}
+	if l.brk.open() {
+		return l.fall(ctx, key, n)
+	}
+	budget := time.NewTimer(l.cfg.callBudget)
+	defer budget.Stop()
 	// A claim shared with other callers may leave too few tokens for this
 	// one: claim again, a bounded number of times.
 	for attempt := 0; attempt < 4; attempt++ {
 		if e, ok := l.lookup(key); ok {
 			// A background refill in flight is this caller's claim too.
-			if err := l.awaitRefill(ctx, e); err != nil {
+			if err := l.awaitRefill(ctx, e, budget.C); err != nil {
 				return tierlimit.Result{}, err
 			}
 			if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
@@ -121,11 +131,21 @@ func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Res
 				return l.record(res, e.stripe), nil
 			}
 		}
-		v, err, _ := l.flights.Do(key, func() (any, error) { return l.lease(ctx, key, n) })
-		if err != nil {
+		var r singleflight.Result
+		select {
+		case r = <-l.flights.DoChan(key, func() (any, error) { return l.lease(ctx, key, n) }):
+		case <-budget.C:
+			return l.fall(ctx, key, n)
+		case <-ctx.Done():
+			return tierlimit.Result{}, ctx.Err()
+		}
+		if r.Err != nil {
+			if tierlimit.Misconfigured(r.Err) {
+				return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %v", tierlimit.ErrMisconfigured, r.Err)
+			}
 			return l.fall(ctx, key, n)
 		}
-		e := v.(*entry)
+		e := r.Val.(*entry)
 		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
 			return res, nil
 		}
@@ -160,6 +180,8 @@ func (l *Limiter) lease(ctx context.Context, key string, n int64) (*entry, error
 // key's lock orders it with Reset: tokens debited before Reset's DEL are
 // erased by it and must not be refunded after it.
 func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
+	var ev tierlimit.RedisCall
+	defer l.report(&ev)
 	mu := l.keyLock(e.key)
 	mu.Lock()
 	defer mu.Unlock()
@@ -168,12 +190,16 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	}
 	now := l.now()
 	want := l.size(e, lo, now)
-	cctx, cancel := l.budget(ctx)
-	granted, res, err := l.bucket.Lease(cctx, e.key, remote.Claim{Min: lo, Want: want})
-	cancel()
-	l.stats.redisCalls.Add(1)
+	var granted int64
+	var res tierlimit.Result
+	ev, err := l.call("claim", func() error {
+		cctx, cancel := l.budget(ctx)
+		defer cancel()
+		var err error
+		granted, res, err = l.bucket.Lease(cctx, e.key, remote.Claim{Min: lo, Want: want})
+		return err
+	})
 	if err != nil {
-		l.stats.redisErrors.Add(1)
 		return err
 	}
 	l.apply(e, now, want, granted, res)
@@ -240,23 +266,40 @@ func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
 
 // peek answers n == 0: what the lease and Redis hold, charging nothing.
 func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error) {
-	cctx, cancel := l.budget(ctx)
-	res, err := l.bucket.AllowN(cctx, key, 0)
-	cancel()
-	l.stats.redisCalls.Add(1)
-	if err != nil {
-		l.stats.redisErrors.Add(1)
+	var res tierlimit.Result
+	ev, err := l.call("peek", func() error {
+		cctx, cancel := l.budget(ctx)
+		defer cancel()
+		var err error
+		res, err = l.bucket.AllowN(cctx, key, 0)
+		return err
+	})
+	l.report(&ev)
+	switch {
+	case tierlimit.Misconfigured(err):
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %v", tierlimit.ErrMisconfigured, err)
+	case err != nil:
 		return l.fall(ctx, key, 0)
 	}
 	return l.record(res, 0), nil
 }
 
-// fall decides with the in-process fallback limiter.
+// fall decides while Redis cannot be reached: a lease still held is spent
+// first, then the failure mode decides.
 func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if e, ok := l.lookup(key); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
-			return res, nil // a lease still held is spent first
+			return res, nil
 		}
+	}
+	switch l.cfg.failureMode {
+	case FailOpen:
+		return l.record(tierlimit.Result{Allowed: true, Limit: l.limit, Source: tierlimit.SourceFallback}, 0), nil
+	case FailClosed:
+		return l.record(tierlimit.Result{
+			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
+			ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+		}, 0), nil
 	}
 	fb := l.fallback.Limit()
 	if n > fb.Capacity() {
@@ -325,17 +368,15 @@ func (l *Limiter) refilled(e *entry) {
 	}
 }
 
-// awaitRefill waits, within the call budget, for a refill of e in flight.
-func (l *Limiter) awaitRefill(ctx context.Context, e *entry) error {
+// awaitRefill waits for a refill of e in flight, until budget fires.
+func (l *Limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan time.Time) error {
 	done := e.refillDone.Load()
 	if done == nil {
 		return nil
 	}
-	t := time.NewTimer(l.cfg.callBudget)
-	defer t.Stop()
 	select {
 	case <-*done:
-	case <-t.C:
+	case <-budget:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -376,6 +417,11 @@ func (l *Limiter) refiller() {
 // refillAll claims a lease top-up for each entry still worth refilling,
 // holding their key locks (in order) so that no Reset interleaves.
 func (l *Limiter) refillAll(batch []*entry) {
+	if l.brk.open() {
+		return // the next spend asks again; no lease grows while Redis is away
+	}
+	var ev tierlimit.RedisCall
+	defer l.report(&ev) // after the key locks are released
 	now := l.now()
 	var todo []*entry
 	for _, e := range batch {
@@ -410,15 +456,21 @@ func (l *Limiter) refillAll(batch []*entry) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
-	grants := l.bucket.LeaseBatch(ctx, keys, claims)
-	cancel()
-	l.stats.redisCalls.Add(1)
-	for i, g := range grants {
-		if g.Err != nil {
-			l.stats.redisErrors.Add(1)
-			continue
+	var grants []remote.Grant
+	ev, _ = l.call("refill", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+		defer cancel()
+		grants = l.bucket.LeaseBatch(ctx, keys, claims)
+		for _, g := range grants {
+			if g.Err != nil {
+				return g.Err // the round trip failed, for the breaker
+			}
 		}
-		l.apply(live[i], now, claims[i].Want, g.Granted, g.Result)
+		return nil
+	})
+	for i, g := range grants {
+		if g.Err == nil {
+			l.apply(live[i], now, claims[i].Want, g.Granted, g.Result)
+		}
 	}
 }

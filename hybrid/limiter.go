@@ -23,12 +23,25 @@ import (
 type Limiter struct {
 	limit    tierlimit.Limit
 	cfg      config
+	rdb      redis.UniversalClient
 	bucket   *remote.TokenBucket
 	cache    *ristretto.Cache[string, *entry]
 	fallback *local.Limiter
+	brk      *breaker
 	flights  singleflight.Group
 	refills  chan *entry
 	stats    counters
+
+	// The fleet: this instance's id, the Redis key of the fleet and the
+	// number of live instances last seen (1 until a heartbeat answers).
+	id        string
+	fleet     string
+	instances atomic.Int64
+
+	// Observer funcs, nil when not observed.
+	onDecision func(tierlimit.Decision)
+	onCall     func(tierlimit.RedisCall)
+
 	// decided counts decisions by source and outcome, striped by key so
 	// that distinct keys decided on different cores do not contend on one
 	// cache line (a parallel many-key benchmark showed it).
@@ -63,8 +76,12 @@ type Limiter struct {
 // Redis behind rdb (a *redis.Client or *redis.ClusterClient). It starts the
 // background goroutines that refill hot leases and refund expired ones.
 //
-// It returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit and
-// tierlimit.ErrInvalidOption for a nil client or a bad option.
+// New makes one Redis call, within the call budget: the first heartbeat
+// (see WithHeartbeat). It returns an error wrapping tierlimit.ErrInvalidLimit
+// for a bad limit, tierlimit.ErrInvalidOption for a nil client or a bad
+// option, and tierlimit.ErrMisconfigured if Redis refuses the limiter's
+// commands (wrong password, missing ACL permission). Redis down or slow is
+// not an error: the limiter starts in degraded mode and heals by itself.
 func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	cfg := defaults()
 	for _, o := range opts {
@@ -100,12 +117,21 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	l := &Limiter{
 		limit:    limit,
 		cfg:      cfg,
+		rdb:      rdb,
 		bucket:   bucket,
 		fallback: fallback,
 		refills:  make(chan *entry, 1024),
 		held:     make(map[*entry]struct{}),
 		done:     make(chan struct{}),
+		id:       instanceID(),
+		fleet:    fleetKey(cfg.prefix, limit),
 	}
+	l.instances.Store(1)
+	var onBreaker func(tierlimit.BreakerChange)
+	if o := cfg.observer; o != nil {
+		l.onDecision, l.onCall, onBreaker = o.Decision, o.RedisCall, o.Breaker
+	}
+	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil)
 	l.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        cfg.maxKeys * 10,
 		MaxCost:            cfg.maxKeys,
@@ -118,10 +144,24 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		fallback.Close()
 		return nil, invalid("cache: %v", err)
 	}
-	l.wg.Add(3)
+	// The first heartbeat, made here, tells the fleet's size from the
+	// start and finds a misconfigured client (wrong password, missing ACL
+	// permission) before any decision. Redis down is no error: New then
+	// waits at most the call budget.
+	if err := l.beat(false); tierlimit.Misconfigured(err) {
+		l.cache.Close()
+		fallback.Close()
+		return nil, fmt.Errorf("hybrid: %w: %v", tierlimit.ErrMisconfigured, err)
+	}
+	l.wg.Add(4)
 	go l.refiller()
 	go l.refiller()
 	go l.janitor()
+	go l.heartbeats()
+	if onBreaker != nil {
+		l.wg.Add(1)
+		go l.notify(onBreaker)
+	}
 	return l, nil
 }
 
@@ -136,8 +176,29 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // AllowN reports whether n events may happen now for key, and takes them if
 // so. n == 0 peeks. It returns an error only for bad input (wrapping
 // tierlimit.ErrInvalidKey or tierlimit.ErrInvalidCost), a cancelled ctx, or
-// tierlimit.ErrClosed after Close: Redis faults are absorbed by the fallback.
+// tierlimit.ErrClosed after Close. Redis faults never reach the caller: the
+// call is decided by the failure mode (see WithFailureMode). Redis refusing
+// the limiter's commands for auth or ACL reasons is not a fault but a
+// misconfiguration: AllowN then returns an error wrapping
+// tierlimit.ErrMisconfigured.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if l.onDecision != nil {
+		return l.observed(ctx, key, n)
+	}
+	return l.decide(ctx, key, n)
+}
+
+// observed decides and reports the decision to the observer.
+func (l *Limiter) observed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	start := time.Now()
+	res, err := l.decide(ctx, key, n)
+	if err == nil {
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: time.Since(start)})
+	}
+	return res, err
+}
+
+func (l *Limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := l.check(ctx, key, n); err != nil {
 		return tierlimit.Result{}, err
 	}
@@ -239,6 +300,10 @@ func (l *Limiter) Stats() Stats {
 	s.Held = l.heldTokens()
 	s.Leased = l.stats.leased.Load()
 	s.Spent = s.Leased - s.Refunded - s.Lost - s.Held
+	s.Breaker = l.brk.current()
+	s.BreakerOpens = l.brk.opens.Load()
+	s.Instances = l.instances.Load()
+	s.FallbackLimit = l.fallback.Limit()
 	return s
 }
 

@@ -14,6 +14,15 @@ const (
 	DefaultLeaseTTL       = time.Second
 	DefaultRefillInterval = 50 * time.Millisecond
 	DefaultCallBudget     = 25 * time.Millisecond
+	// DefaultBreakerThreshold is the number of consecutive failed Redis
+	// calls that open the circuit breaker.
+	DefaultBreakerThreshold = 3
+	// DefaultProbeInterval is how long the breaker stays open before it
+	// lets a probe through to Redis.
+	DefaultProbeInterval = 500 * time.Millisecond
+	// DefaultHeartbeat is how often an instance tells Redis it is alive.
+	// An instance silent for three heartbeats no longer counts.
+	DefaultHeartbeat = time.Second
 	// DefaultLeaseShare caps a lease at Burst/DefaultLeaseShare tokens, so
 	// that few tokens sit stranded on one instance.
 	DefaultLeaseShare = 10
@@ -54,15 +63,25 @@ type config struct {
 	bucketOpts         []remote.Option // for the Redis token bucket, e.g. its prefix
 	clock              Clock
 	fallback           *tierlimit.Limit
+	prefix             string
+	failureMode        FailureMode
+	breakerThreshold   uint32
+	probeInterval      time.Duration
+	heartbeat          time.Duration
+	observer           *tierlimit.Observer
 }
 
 func defaults() config {
 	return config{
-		leaseTTL:       DefaultLeaseTTL,
-		refillInterval: DefaultRefillInterval,
-		callBudget:     DefaultCallBudget,
-		maxKeys:        DefaultMaxKeys,
-		clock:          systemClock{},
+		leaseTTL:         DefaultLeaseTTL,
+		refillInterval:   DefaultRefillInterval,
+		callBudget:       DefaultCallBudget,
+		maxKeys:          DefaultMaxKeys,
+		clock:            systemClock{},
+		prefix:           remote.DefaultPrefix,
+		breakerThreshold: DefaultBreakerThreshold,
+		probeInterval:    DefaultProbeInterval,
+		heartbeat:        DefaultHeartbeat,
 	}
 }
 
@@ -144,6 +163,7 @@ func WithMaxKeys(n int64) Option {
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
 		c.bucketOpts = append(c.bucketOpts, remote.WithPrefix(prefix))
+		c.prefix = prefix
 		return nil
 	})
 }
@@ -161,15 +181,116 @@ func WithClock(clock Clock) Option {
 }
 
 // WithFallback sets the limit each key is held to, in this process, while
-// Redis cannot be reached (default: the limit itself). Set it to this
-// instance's share of the limit, e.g. the limit divided by the number of
-// instances, to keep the fleet near the limit during an outage.
+// Redis cannot be reached (mode FailFallback). By default it is this
+// instance's share of the limit: the limit divided by the number of live
+// instances, which the instances publish to Redis with a heartbeat (see
+// WithHeartbeat); during an outage the last count known is used. Set it
+// when the fleet's size is known better than the heartbeat can tell, e.g.
+// for an instance that starts while Redis is down and so counts itself
+// alone.
 func WithFallback(limit tierlimit.Limit) Option {
 	return optionFunc(func(c *config) error {
 		if err := limit.Validate(); err != nil {
 			return fmt.Errorf("hybrid: fallback: %w", err)
 		}
 		c.fallback = &limit
+		return nil
+	})
+}
+
+// FailureMode says how a Limiter decides while Redis cannot be reached. In
+// every mode, tokens already leased are spent first: they were debited in
+// Redis.
+type FailureMode uint8
+
+// The failure modes.
+const (
+	// FailFallback decides with an in-process limiter per key at this
+	// instance's share of the limit (see WithFallback): the fleet stays
+	// near the limit. The default, and the right choice for most limits.
+	FailFallback FailureMode = iota
+	// FailOpen allows every call. Choose it when being limited by an
+	// outage costs more than the load the limit protects from, e.g. a
+	// limit that only smooths traffic to a backend that can take bursts.
+	FailOpen
+	// FailClosed denies every call, with RetryAfter set to the probe
+	// interval. Choose it when a call admitted over the limit costs more
+	// than one refused, e.g. limits on spending, sending or login attempts.
+	FailClosed
+)
+
+var failureModeNames = [...]string{"fallback", "open", "closed"}
+
+// String returns the mode's name: "fallback", "open" or "closed".
+func (m FailureMode) String() string {
+	if int(m) < len(failureModeNames) {
+		return failureModeNames[m]
+	}
+	return "unknown"
+}
+
+// WithFailureMode sets how calls are decided while Redis cannot be reached
+// (default FailFallback). Decisions then carry Source
+// tierlimit.SourceFallback, whatever the mode.
+func WithFailureMode(m FailureMode) Option {
+	return optionFunc(func(c *config) error {
+		if m > FailClosed {
+			return invalid("unknown failure mode %d", m)
+		}
+		c.failureMode = m
+		return nil
+	})
+}
+
+// WithBreakerThreshold sets how many consecutive failed Redis calls (errors
+// or calls over the budget) open the circuit breaker (default
+// DefaultBreakerThreshold; 1 to 1000). While it is open no decision waits on
+// Redis at all.
+func WithBreakerThreshold(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 || n > 1000 {
+			return invalid("breaker threshold %d must be between 1 and 1000", n)
+		}
+		c.breakerThreshold = uint32(n)
+		return nil
+	})
+}
+
+// WithProbeInterval sets how long the circuit breaker stays open before one
+// call probes Redis again (default DefaultProbeInterval; 10 ms to 1 min).
+// Leasing resumes within one probe interval of Redis answering.
+func WithProbeInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < 10*time.Millisecond || d > time.Minute {
+			return invalid("probe interval %v must be between 10ms and 1m", d)
+		}
+		c.probeInterval = d
+		return nil
+	})
+}
+
+// WithHeartbeat sets how often this instance records itself in Redis as a
+// live member of the fleet (default DefaultHeartbeat; 10 ms to 1 min). The
+// live count sets the default fallback share. Instances of one fleet share
+// the key prefix and the limit.
+func WithHeartbeat(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < 10*time.Millisecond || d > time.Minute {
+			return invalid("heartbeat %v must be between 10ms and 1m", d)
+		}
+		c.heartbeat = d
+		return nil
+	})
+}
+
+// WithObserver reports decisions, Redis calls and breaker changes to o (see
+// tierlimit.Observer). With no observer, nothing is measured.
+func WithObserver(o *tierlimit.Observer) Option {
+	return optionFunc(func(c *config) error {
+		if o == nil {
+			return invalid("nil observer")
+		}
+		c.observer = o
 		return nil
 	})
 }

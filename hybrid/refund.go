@@ -50,10 +50,15 @@ func (l *Limiter) refund(refunds []remote.Refund) error {
 	for len(refunds) > 0 {
 		batch := refunds[:min(len(refunds), refundBatch)]
 		refunds = refunds[len(batch):]
-		ctx, cancel := context.WithTimeout(context.Background(), 4*l.cfg.callBudget+time.Second)
-		failed, err := l.bucket.Refund(ctx, batch...)
-		cancel()
-		l.stats.redisCalls.Add(1)
+		failed := batch // all, unless the call is made
+		ev, err := l.call("refund", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*l.cfg.callBudget+time.Second)
+			defer cancel()
+			var err error
+			failed, err = l.bucket.Refund(ctx, batch...)
+			return err
+		})
+		l.report(&ev)
 		var sent, lost int64
 		for _, r := range batch {
 			sent += r.N
@@ -61,13 +66,12 @@ func (l *Limiter) refund(refunds []remote.Refund) error {
 		for _, f := range failed {
 			lost += f.N
 		}
+		// Tokens not refunded now are lost, never retried: by the time
+		// Redis answers again the bucket has refilled them anyway.
 		l.stats.refunded.Add(sent - lost)
 		l.stats.lost.Add(lost)
-		if err != nil {
-			l.stats.redisErrors.Add(1)
-			if firstErr == nil {
-				firstErr = err
-			}
+		if err != nil && firstErr == nil {
+			firstErr = err
 		}
 	}
 	return firstErr

@@ -1,6 +1,10 @@
 package hybrid
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/tierlimit/tierlimit"
+)
 
 // Stats are a Limiter's counters since New. The token ledger balances:
 // Leased = Spent + Refunded + Lost + Held.
@@ -17,6 +21,12 @@ type Stats struct {
 	Refunded int64 // tokens given back to Redis (or dropped by Reset, which refills the key)
 	Lost     int64 // tokens that could not be refunded (Redis unreachable); never spent
 	Held     int64 // tokens in leases right now
+
+	// Degraded mode.
+	Breaker       tierlimit.BreakerState // the circuit breaker in front of Redis, now
+	BreakerOpens  int64                  // times it opened
+	Instances     int64                  // live instances of the fleet last seen (1 before the first heartbeat)
+	FallbackLimit tierlimit.Limit        // what each key is held to while Redis is unreachable (mode FailFallback)
 }
 
 // counters are the live counters behind Stats, besides the decision

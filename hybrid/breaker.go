@@ -1,0 +1,147 @@
+package hybrid
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"github.com/tierlimit/tierlimit"
+)
+
+// errUnavailable is what a Redis call returns when the breaker let it not
+// through. It never reaches a caller of AllowN.
+var errUnavailable = errors.New("hybrid: redis unavailable: circuit breaker open")
+
+// breaker is the circuit breaker in front of Redis: gobreaker's two-step
+// breaker (Allow, then report the outcome), which opens after a number of
+// consecutive failures, lets one probe through after the probe interval and
+// closes when it succeeds. Errors that mean misconfiguration count neither
+// way: they are not an outage.
+//
+// Its state is mirrored in atomics so that, while it is open, a decision
+// learns it without taking gobreaker's lock.
+type breaker struct {
+	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	probe  int64         // ns the breaker stays open
+	state  atomic.Uint32 // a tierlimit.BreakerState
+	opened atomic.Int64  // wall-clock ns it last opened
+	opens  atomic.Int64  // times it opened
+
+	// changes carries transitions to the observer's goroutine (nil without
+	// an observer), so that no user code runs under gobreaker's lock.
+	changes chan tierlimit.BreakerChange
+}
+
+func newBreaker(threshold uint32, probe time.Duration, observed bool) *breaker {
+	b := &breaker{probe: int64(probe)}
+	if observed {
+		b.changes = make(chan tierlimit.BreakerChange, 64)
+	}
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "tierlimit-redis",
+		MaxRequests: 1, // one probe at a time while half-open
+		Timeout:     probe,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= threshold
+		},
+		OnStateChange: b.changed,
+		IsExcluded:    tierlimit.Misconfigured,
+	})
+	return b
+}
+
+// changed is gobreaker's OnStateChange; it runs under gobreaker's lock.
+func (b *breaker) changed(_ string, from, to gobreaker.State) {
+	if to == gobreaker.StateOpen {
+		b.opened.Store(time.Now().UnixNano())
+		b.opens.Add(1)
+	}
+	b.state.Store(uint32(breakerState(to)))
+	if b.changes != nil {
+		select {
+		case b.changes <- tierlimit.BreakerChange{From: breakerState(from), To: breakerState(to)}:
+		default: // the observer is behind: Stats still counts the opens
+		}
+	}
+}
+
+func breakerState(s gobreaker.State) tierlimit.BreakerState {
+	switch s {
+	case gobreaker.StateOpen:
+		return tierlimit.BreakerOpen
+	case gobreaker.StateHalfOpen:
+		return tierlimit.BreakerHalfOpen
+	}
+	return tierlimit.BreakerClosed
+}
+
+// allow returns a func to report one Redis call's outcome, or
+// errUnavailable if no call may go to Redis now.
+func (b *breaker) allow() (func(error), error) {
+	if b.open() {
+		return nil, errUnavailable
+	}
+	done, err := b.cb.Allow()
+	if err != nil {
+		return nil, errUnavailable
+	}
+	return done, nil
+}
+
+// open reports whether the breaker is open and not yet due for a probe.
+func (b *breaker) open() bool {
+	return tierlimit.BreakerState(b.state.Load()) == tierlimit.BreakerOpen &&
+		time.Now().UnixNano()-b.opened.Load() < b.probe
+}
+
+// current returns the breaker's state (an open breaker due for a probe is
+// half-open).
+func (b *breaker) current() tierlimit.BreakerState {
+	return breakerState(b.cb.State())
+}
+
+// call makes one round trip to Redis, op, through the breaker: it counts it
+// in Stats and returns what to report to the observer (see report), or
+// errUnavailable without calling f while the breaker holds calls back.
+func (l *Limiter) call(op string, f func() error) (tierlimit.RedisCall, error) {
+	done, err := l.brk.allow()
+	if err != nil {
+		return tierlimit.RedisCall{}, err
+	}
+	var start time.Time
+	if l.onCall != nil {
+		start = time.Now()
+	}
+	err = f()
+	l.stats.redisCalls.Add(1)
+	if err != nil {
+		l.stats.redisErrors.Add(1)
+	}
+	done(err)
+	if l.onCall == nil {
+		return tierlimit.RedisCall{}, err
+	}
+	return tierlimit.RedisCall{Op: op, Latency: time.Since(start), Err: err}, err
+}
+
+// report gives a call's event to the observer. Callers defer it ahead of
+// their locks, so that no user code runs under a lock.
+func (l *Limiter) report(ev *tierlimit.RedisCall) {
+	if l.onCall != nil && ev.Op != "" {
+		l.onCall(*ev)
+	}
+}
+
+// notify delivers breaker changes to the observer until Close.
+func (l *Limiter) notify(f func(tierlimit.BreakerChange)) {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.done:
+			return
+		case c := <-l.brk.changes:
+			f(c)
+		}
+	}
+}

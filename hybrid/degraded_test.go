@@ -1,0 +1,390 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+func TestShare(t *testing.T) {
+	tests := []struct {
+		limit tierlimit.Limit
+		n     int64
+		want  tierlimit.Limit
+	}{
+		{tierlimit.PerSecond(100), 1, tierlimit.PerSecond(100)},
+		{tierlimit.PerSecond(100), 4, tierlimit.Limit{Rate: 25, Burst: 25, Period: time.Second}},
+		{tierlimit.PerSecond(100), 3, tierlimit.Limit{Rate: 100, Burst: 33, Period: 3 * time.Second}},
+		{tierlimit.PerSecond(10).WithBurst(40), 5, tierlimit.Limit{Rate: 2, Burst: 8, Period: time.Second}},
+		{tierlimit.PerHour(2), 5, tierlimit.Limit{Rate: 2, Burst: 1, Period: 5 * time.Hour}},
+		// A fleet too large for an exact share: one per period each.
+		{tierlimit.Limit{Rate: 3, Period: 1 << 49 * time.Microsecond}, 7, tierlimit.Limit{Rate: 1, Burst: 1, Period: 1 << 49 * time.Microsecond}},
+	}
+	for _, tt := range tests {
+		got := share(tt.limit, tt.n)
+		if got != tt.want {
+			t.Errorf("share(%v, %d) = %+v, want %+v", tt.limit, tt.n, got, tt.want)
+		}
+		if err := got.Validate(); err != nil {
+			t.Errorf("share(%v, %d) = %v: %v", tt.limit, tt.n, got, err)
+		}
+	}
+}
+
+// FuzzShare checks that n shares never add up to more than the limit's
+// rate, nor its burst by more than one token each, and are always valid.
+func FuzzShare(f *testing.F) {
+	f.Add(int64(100), int64(0), int64(1_000_000), int64(3))
+	f.Add(int64(1), int64(1), int64(1), int64(1000))
+	f.Fuzz(func(t *testing.T, rate, burst, periodUs, n int64) {
+		limit := tierlimit.Limit{Rate: rate, Burst: burst, Period: time.Duration(periodUs) * time.Microsecond}
+		if limit.Validate() != nil || n < 1 || n > 1<<20 {
+			return
+		}
+		s := share(limit, n)
+		if err := s.Validate(); err != nil {
+			t.Fatalf("share(%v, %d) = %v: %v", limit, n, s, err)
+		}
+		// n·(s.Rate/s.Period) <= limit.Rate/limit.Period, in exact integers
+		// where they fit.
+		lhs, rhs := float64(n)*float64(s.Rate)*float64(limit.Period), float64(limit.Rate)*float64(s.Period)
+		if lhs > rhs*(1+1e-12) && !(s.Rate == 1 && s.Burst == 1 && s.Period == limit.Period) {
+			t.Errorf("share(%v, %d) = %v: %d shares exceed the rate", limit, n, s, n)
+		}
+		if n*s.Capacity() > max(limit.Capacity(), n) {
+			t.Errorf("share(%v, %d) = %v: %d bursts exceed %d", limit, n, s, n, limit.Capacity())
+		}
+	})
+}
+
+// outage makes miniredis fail every command until the returned func heals
+// it, as a dead Redis would (with an error go-redis does not retry: retries
+// are the fault suite's business, on real servers).
+func (e *env) outage() (heal func()) {
+	e.m.SetError("ERR injected outage")
+	return func() { e.m.SetError("") }
+}
+
+// waitFor polls cond for up to 5 s (real time: the breaker runs on it).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBreakerOpensAndHeals(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var changes []tierlimit.BreakerChange
+	obs := &tierlimit.Observer{Breaker: func(c tierlimit.BreakerChange) {
+		mu.Lock()
+		changes = append(changes, c)
+		mu.Unlock()
+	}}
+	probe := 50 * time.Millisecond
+	l := e.limiter(t, tierlimit.PerSecond(10), WithLeaseBounds(1, 1),
+		WithBreakerThreshold(3), WithProbeInterval(probe), WithFallback(tierlimit.PerSecond(2)), WithObserver(obs))
+	heal := e.outage()
+	// Three calls fail at Redis and fall back; then the breaker is open and
+	// calls make no Redis call at all.
+	for i := 0; i < 3; i++ {
+		r, err := l.Allow(e.ctx, "k")
+		if err != nil || r.Source != tierlimit.SourceFallback {
+			t.Fatalf("call %d in the outage = %v from %v, want no error, fallback", i, err, r.Source)
+		}
+	}
+	if s := l.Stats(); s.Breaker != tierlimit.BreakerOpen || s.BreakerOpens != 1 {
+		t.Fatalf("after 3 failures: breaker %v, opened %d times; want open, 1", s.Breaker, s.BreakerOpens)
+	}
+	before := e.calls.Calls()
+	for i := 0; i < 100; i++ {
+		r, err := l.Allow(e.ctx, "k")
+		if err != nil || r.Source != tierlimit.SourceFallback {
+			t.Fatalf("call with the breaker open = %v from %v, want no error, fallback", err, r.Source)
+		}
+		if r.Allowed && r.Limit != tierlimit.PerSecond(2) {
+			t.Errorf("fallback decided under %v, want the fallback limit", r.Limit)
+		}
+	}
+	if got := e.calls.Calls() - before; got != 0 {
+		t.Errorf("%d Redis calls with the breaker open, want 0", got)
+	}
+	// Redis answers again: within one probe interval, a call probes it and
+	// leasing resumes.
+	heal()
+	healed := time.Now()
+	waitFor(t, "a decision from Redis", func() bool {
+		r, err := l.Allow(e.ctx, "k2")
+		return err == nil && r.Source != tierlimit.SourceFallback
+	})
+	if d := time.Since(healed); d > probe+50*time.Millisecond {
+		t.Errorf("leasing resumed %v after Redis healed, want within the probe interval %v (+50ms)", d, probe)
+	}
+	if s := l.Stats(); s.Breaker != tierlimit.BreakerClosed {
+		t.Errorf("after healing: breaker %v, want closed", s.Breaker)
+	}
+	waitFor(t, "the observer to see open, half-open, closed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(changes) >= 3
+	})
+	mu.Lock()
+	want := []tierlimit.BreakerChange{
+		{From: tierlimit.BreakerClosed, To: tierlimit.BreakerOpen},
+		{From: tierlimit.BreakerOpen, To: tierlimit.BreakerHalfOpen},
+		{From: tierlimit.BreakerHalfOpen, To: tierlimit.BreakerClosed},
+	}
+	for i, w := range want {
+		if changes[i] != w {
+			t.Errorf("breaker change %d = %v -> %v, want %v -> %v", i, changes[i].From, changes[i].To, w.From, w.To)
+		}
+	}
+	mu.Unlock()
+}
+
+func TestFailureModes(t *testing.T) {
+	for _, tt := range []struct {
+		mode    FailureMode
+		allowed int // of 10 calls
+	}{
+		{FailFallback, 3},
+		{FailOpen, 10},
+		{FailClosed, 0},
+	} {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			e := newEnv(t)
+			probe := 200 * time.Millisecond
+			l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(5, 5), WithFailureMode(tt.mode),
+				WithFallback(tierlimit.PerHour(3)), WithProbeInterval(probe))
+			// A lease of 5 is held when Redis goes: it is spent first, in
+			// every mode.
+			if r, _ := l.Allow(e.ctx, "k"); !r.Allowed || r.Source != tierlimit.SourceRemote {
+				t.Fatalf("first call = %v from %v, want allowed by Redis", r.Allowed, r.Source)
+			}
+			e.outage()
+			for i := 0; i < 4; i++ {
+				if r, err := l.Allow(e.ctx, "k"); err != nil || !r.Allowed {
+					t.Fatalf("lease call %d in the outage = %v, %v; want allowed from the lease", i, r.Allowed, err)
+				}
+			}
+			allowed := 0
+			for i := 0; i < 10; i++ {
+				r, err := l.Allow(e.ctx, "k")
+				if err != nil {
+					t.Fatalf("call %d in the outage: %v, want no error", i, err)
+				}
+				if r.Source != tierlimit.SourceFallback {
+					t.Errorf("call %d from %v, want fallback", i, r.Source)
+				}
+				if r.Allowed {
+					allowed++
+				} else if tt.mode == FailClosed && r.RetryAfter != probe {
+					t.Errorf("fail-closed denial: RetryAfter %v, want the probe interval %v", r.RetryAfter, probe)
+				}
+			}
+			if allowed != tt.allowed {
+				t.Errorf("%v: %d of 10 calls allowed in the outage, want %d", tt.mode, allowed, tt.allowed)
+			}
+		})
+	}
+}
+
+func TestHeartbeatSetsFallbackShare(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerSecond(90)
+	var ls []*Limiter
+	for i := 0; i < 3; i++ {
+		rdb := redis.NewClient(&redis.Options{Addr: e.m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		l, err := New(rdb, limit, WithHeartbeat(10*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ls = append(ls, l)
+	}
+	// The first two counted fewer at New; a beat later all count three.
+	waitFor(t, "every instance to count 3", func() bool {
+		for _, l := range ls {
+			if l.Stats().Instances != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, l := range ls {
+		if got, want := l.Stats().FallbackLimit, (tierlimit.Limit{Rate: 30, Burst: 30, Period: time.Second}); got != want {
+			t.Errorf("instance %d: fallback %v, want %v", i, got, want)
+		}
+	}
+	// One leaves: the others count two at their next beat.
+	ls[2].Close()
+	waitFor(t, "the others to count 2", func() bool {
+		return ls[0].Stats().Instances == 2 && ls[1].Stats().Instances == 2
+	})
+	if got, want := ls[0].Stats().FallbackLimit, (tierlimit.Limit{Rate: 45, Burst: 45, Period: time.Second}); got != want {
+		t.Errorf("after one left: fallback %v, want %v", got, want)
+	}
+	// During an outage the last count stands.
+	e.outage()
+	time.Sleep(50 * time.Millisecond)
+	if got := ls[0].Stats().Instances; got != 2 {
+		t.Errorf("in an outage: %d instances, want the last count, 2", got)
+	}
+	// An explicit fallback is never overridden.
+	e.m.SetError("")
+	rdb := redis.NewClient(&redis.Options{Addr: e.m.Addr()})
+	defer rdb.Close()
+	l, err := New(rdb, limit, WithFallback(tierlimit.PerSecond(7)), WithHeartbeat(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	time.Sleep(30 * time.Millisecond)
+	if s := l.Stats(); s.FallbackLimit != tierlimit.PerSecond(7) || s.Instances != 3 {
+		t.Errorf("explicit fallback: %v with %d instances, want 7/s with 3", s.FallbackLimit, s.Instances)
+	}
+}
+
+func TestLeasesExpiringInAnOutageAreLost(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(1000), WithLeaseBounds(100, 100), WithLeaseTTL(time.Second), WithBreakerThreshold(1))
+	if r, _ := l.Allow(e.ctx, "k"); !r.Allowed {
+		t.Fatal("denied")
+	}
+	e.outage()
+	e.step(2 * time.Second)
+	if err := l.refundHeld(e.clock.Now(), false); err == nil {
+		t.Fatal("refund in an outage: no error, want one")
+	}
+	s := l.Stats()
+	if s.Held != 0 || s.Lost != 99 || s.Refunded != 0 {
+		t.Errorf("after expiry in an outage: held %d, lost %d, refunded %d; want 0, 99, 0", s.Held, s.Lost, s.Refunded)
+	}
+	checkLedger(t, s, 1)
+	// The breaker is open now: the next refund is not even tried, and is
+	// counted lost at once.
+	calls := e.calls.Calls()
+	if err := l.refund([]remote.Refund{{Key: "k", N: 5}}); !errors.Is(err, errUnavailable) {
+		t.Errorf("refund with the breaker open = %v, want errUnavailable", err)
+	}
+	if got := e.calls.Calls() - calls; got != 0 {
+		t.Errorf("%d Redis calls for a refund with the breaker open, want 0", got)
+	}
+}
+
+func TestMisconfiguredIsAnError(t *testing.T) {
+	e := newEnv(t)
+	e.m.RequireAuth("secret")
+	// New finds it with its first heartbeat.
+	if _, err := New(e.rdb, tierlimit.PerSecond(10)); !errors.Is(err, tierlimit.ErrMisconfigured) {
+		t.Fatalf("New with a wrong password = %v, want ErrMisconfigured", err)
+	}
+	// A password revoked after New: AllowN reports it, and the breaker
+	// does not open (it is not an outage).
+	e.m.RequireAuth("")
+	l := e.limiter(t, tierlimit.PerSecond(10), WithBreakerThreshold(1))
+	e.m.RequireAuth("secret")
+	e.rdb.Do(e.ctx, "CLIENT", "KILL", "TYPE", "normal") // drop the authenticated connections
+	for i := 0; i < 3; i++ {
+		if _, err := l.Allow(e.ctx, "k"); !errors.Is(err, tierlimit.ErrMisconfigured) {
+			t.Fatalf("Allow with a revoked password = %v, want ErrMisconfigured", err)
+		}
+	}
+	if s := l.Stats(); s.Breaker != tierlimit.BreakerClosed {
+		t.Errorf("breaker %v after auth errors, want closed", s.Breaker)
+	}
+}
+
+func TestObserver(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	decisions := map[tierlimit.Source]int{}
+	calls := map[string]int{}
+	obs := &tierlimit.Observer{
+		Decision: func(d tierlimit.Decision) {
+			mu.Lock()
+			decisions[d.Source]++
+			mu.Unlock()
+			if d.Latency <= 0 || d.N != 1 {
+				t.Errorf("decision %+v: want a positive latency and N 1", d)
+			}
+		},
+		RedisCall: func(c tierlimit.RedisCall) {
+			mu.Lock()
+			calls[c.Op]++
+			mu.Unlock()
+		},
+	}
+	l := e.limiter(t, tierlimit.PerHour(20), WithLeaseBounds(10, 10), WithObserver(obs))
+	for i := 0; i < 25; i++ {
+		if _, err := l.Allow(e.ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	// 2 leases of 10: 2 remote decisions, 18 local; then blocked.
+	if decisions[tierlimit.SourceRemote] < 2 || decisions[tierlimit.SourceLocal] < 15 || decisions[tierlimit.SourceBlocked] < 1 {
+		t.Errorf("decisions by source %v, want remote, local and blocked ones", decisions)
+	}
+	var total int
+	for _, n := range decisions {
+		total += n
+	}
+	if total != 25 {
+		t.Errorf("%d decisions observed, want 25", total)
+	}
+	if calls["heartbeat"] < 2 || calls["claim"] < 1 || calls["claim"]+calls["refill"] < 2 {
+		t.Errorf("Redis calls by op %v, want heartbeats (New, Close) and 2 claims or refills", calls)
+	}
+}
+
+// slowScripts is a go-redis hook that delays every script call, as a slow
+// Redis would, ignoring the context as a client without
+// ContextTimeoutEnabled does.
+type slowScripts struct{ delay time.Duration }
+
+func (h slowScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			time.Sleep(h.delay)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func TestBudgetBoundsEveryDecision(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(100), WithCallBudget(20*time.Millisecond), WithBreakerThreshold(1000))
+	e.rdb.AddHook(slowScripts{delay: 400 * time.Millisecond})
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		r, err := l.Allow(e.ctx, fmt.Sprint("k", i))
+		took := time.Since(start)
+		if err != nil || r.Source != tierlimit.SourceFallback {
+			t.Fatalf("call %d with Redis slow = %v from %v, want no error, fallback", i, err, r.Source)
+		}
+		// The call itself takes 400 ms; the decision must not wait for it.
+		if took > 200*time.Millisecond {
+			t.Errorf("call %d took %v with a 20ms budget, want far less than the 400ms Redis call", i, took)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package hybrid
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/lua"
+)
+
+// The fleet: instances of one limit (same prefix and limit) record
+// themselves in a sorted set in Redis every heartbeat; the number alive
+// sets each one's share of the limit while Redis is down.
+
+// fleetKey is the Redis key of the fleet of limit under prefix.
+func fleetKey(prefix string, limit tierlimit.Limit) string {
+	h := xxhash.Sum64String(fmt.Sprintf("%d/%d/%d", limit.Rate, limit.Capacity(), limit.Period))
+	return fmt.Sprintf("%sfleet:%016x", prefix, h)
+}
+
+// instanceID returns a random id for this instance.
+func instanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// share returns an instance's share of limit in a fleet of n: Rate/n per
+// Period (Rate per n·Period when n does not divide Rate) and Burst/n, at
+// least 1. n instances together admit at most the limit, plus one token each
+// when the burst is smaller than n.
+func share(limit tierlimit.Limit, n int64) tierlimit.Limit {
+	if n <= 1 {
+		return limit
+	}
+	burst := max(1, limit.Capacity()/n)
+	s := tierlimit.Limit{Rate: limit.Rate / n, Period: limit.Period, Burst: burst}
+	if limit.Rate%n != 0 {
+		s = tierlimit.Limit{Rate: limit.Rate, Burst: burst}
+		if int64(limit.Period) <= math.MaxInt64/n {
+			s.Period = limit.Period * time.Duration(n)
+		}
+	}
+	if s.Validate() != nil {
+		// Too large a fleet for an exact share: one per period each.
+		s = tierlimit.Limit{Rate: 1, Period: limit.Period, Burst: 1}
+	}
+	return s
+}
+
+// heartbeats records this instance in the fleet every heartbeat and follows
+// the fleet's size; on Close it leaves the fleet.
+func (l *Limiter) heartbeats() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.cfg.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			l.beat(true)
+			return
+		case <-t.C:
+			l.beat(false)
+		}
+	}
+}
+
+// beat sends one heartbeat (or the leaving one) and applies the count.
+func (l *Limiter) beat(leave bool) error {
+	flag := "0"
+	if leave {
+		flag = "1"
+	}
+	ttl := (3 * l.cfg.heartbeat).Milliseconds()
+	var n int64
+	ev, err := l.call("heartbeat", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+		defer cancel()
+		var err error
+		n, err = lua.Heartbeat.Run(ctx, l.rdb, []string{l.fleet}, 0, l.id, ttl, flag).Int64()
+		return err
+	})
+	l.report(&ev)
+	if err != nil || leave || n < 1 {
+		return err // during an outage the last count known stands
+	}
+	l.instances.Store(n)
+	if l.cfg.fallback == nil {
+		// The share is valid by construction; SetLimit only rejects
+		// invalid limits.
+		_ = l.fallback.SetLimit(share(l.limit, n))
+	}
+	return nil
+}
