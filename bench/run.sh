@@ -1,25 +1,40 @@
 #!/usr/bin/env bash
-# run.sh benchmarks, in one `go test` run on throwaway redis-server processes
-# (loopback, never the system Redis):
+# run.sh runs the benchmarks of this module in one `go test` run on
+# throwaway redis-server processes (loopback, never the system Redis), saves
+# the raw output in results/, and summarises it.
+#
+# By default it runs BenchmarkCompare: every strategy of tierlimit (local,
+# hybrid, remote token bucket, remote GCRA) against x/time/rate (one limiter,
+# and one per key in a sync.Map), sethvargo/go-limiter, ulule/limiter (memory
+# and redis stores), throttled (goredisstore.v9) and redis_rate, on a hot
+# key, 10k keys uniform and 10k keys Zipf, serial and parallel. It prints
+# benchstat's table and cmd/compare's markdown tables (the ones in
+# docs/comparison.md), and with IMG=dir writes cmd/compare's charts there
+# (IMG=../docs/img regenerates the docs' charts).
+#
+# BENCH selects other benchmarks: the earlier sets are
 #   - BenchmarkRemote, BenchmarkRemoteDenied: tierlimit's six remote limiters
 #     against redis_rate;
 #   - BenchmarkHotKey, BenchmarkHotKeyParallel: hybrid against x/time/rate
 #     and redis_rate on one hot key;
-#   - BenchmarkZipf10k: hybrid against a sync.Map of x/time/rate limiters.
-# It saves the raw output in results/all.txt, then prints benchstat's table
-# and the median ratios of cmd/ratio (remote limiters to redis_rate; hybrid to
-# xrate, redis_rate and syncmap_xrate).
+#   - BenchmarkZipf10k: hybrid against a sync.Map of x/time/rate limiters;
+# for which cmd/ratio prints the ratios (RESULTS.md was made with
+# BENCH='BenchmarkRemote|BenchmarkHotKey|BenchmarkZipf10k' BENCHTIME=1s).
 #
-# COUNT (default 5) is passed to -count. Run nothing else heavy meanwhile.
+# COUNT (default 5) is passed to -count and BENCHTIME (default 0.5s) to
+# -benchtime: with the defaults BenchmarkCompare takes about 10 minutes on 2
+# cores. Run nothing else heavy meanwhile.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
 export TIERLIMIT_REQUIRE_REDIS=${TIERLIMIT_REQUIRE_REDIS:-1} # fail, don't skip, without redis-server
+BENCH=${BENCH:-BenchmarkCompare}
+out=results/${OUT:-all.txt}
 mkdir -p results
 
-go test -run '^$' -bench 'BenchmarkRemote|BenchmarkHotKey|BenchmarkZipf10k' -benchmem \
+go test -run '^$' -bench "$BENCH" -benchmem -benchtime="${BENCHTIME:-0.5s}" \
 	-count="${COUNT:-5}" -timeout 60m ./... |
-	tee results/all.txt
+	tee "$out"
 
 export PATH="$(go env GOPATH)/bin:$PATH"
 if ! command -v benchstat >/dev/null; then
@@ -27,6 +42,12 @@ if ! command -v benchstat >/dev/null; then
 fi
 
 echo
-benchstat results/all.txt
-echo
-go run ./cmd/ratio results/all.txt
+benchstat "$out"
+if grep -q '^BenchmarkCompare/' "$out"; then
+	echo
+	go run ./cmd/compare ${IMG:+-img "$IMG"} "$out"
+fi
+if grep -v '^BenchmarkCompare/' "$out" | grep -q '^Benchmark'; then
+	echo
+	grep -v '^BenchmarkCompare/' "$out" | go run ./cmd/ratio
+fi

@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+)
+
+// compareLimit is the one limit every contender of BenchmarkCompare
+// enforces per key: 1000 per second, bucket 1000 (peers with a fixed window
+// count 1000 per 1 s window). One hot key asks far more than that, so it is
+// mostly denied; 10,000 keys ask less each, so they are mostly allowed, and
+// a Zipf draw mixes both.
+var compareLimit = tierlimit.PerSecond(1000)
+
+// seqLen is the length of every scenario's key sequence; a power of two so
+// that the position wraps with a mask.
+const seqLen = 1 << 16
+
+// A fixture is driven through its scenario before it is timed, as in a
+// service that has been running for a while: scripts loaded, connections
+// open, keys created, hybrid's leases grown to their demand. Every fixture
+// is warmed for warmFor at least; those that decide in process also for
+// warmPasses passes over the key sequence, unless that takes longer than
+// warmMax (hybrid, whose claims of cold keys are round trips).
+const (
+	warmFor    = 200 * time.Millisecond
+	warmPasses = 20
+	warmMax    = 2 * time.Second
+)
+
+// scenario is a sequence of keys that callers ask for in turn.
+type scenario struct {
+	name string
+	keys []string // seqLen keys, or one
+}
+
+func (s scenario) key(i int) string { return s.keys[i&(len(s.keys)-1)] }
+
+// scenarios: one hot key, 10,000 keys drawn uniformly, and 10,000 keys drawn
+// with a Zipf skew (s = 1.1, as in BenchmarkZipf10k).
+var scenarios = sync.OnceValue(func() []scenario {
+	r := rand.New(rand.NewPCG(3, 4))
+	uniform := make([]string, seqLen)
+	for i := range uniform {
+		uniform[i] = "k" + strconv.Itoa(r.IntN(10_000))
+	}
+	return []scenario{
+		{"hot", []string{hotKey}},
+		{"uniform10k", uniform},
+		{"zipf10k", zipfKeys(10_000, seqLen)},
+	}
+})
+
+// BenchmarkCompare runs every contender (ours and the peers) in every
+// scenario, serial and from GOMAXPROCS goroutines (RunParallel), on one
+// throwaway redis-server per -count. Sub-benchmarks are named
+// scenario/mode/contender, e.g. BenchmarkCompare/zipf10k/parallel/hybrid.
+//
+// Besides ns/op, B/op and allocs/op it reports, per decision, the round
+// trips to Redis (redis-calls/op: one per command or pipeline sent, counted
+// by a go-redis hook on the contender's own client, so hybrid's background
+// refills count too), the commands those carried (redis-cmds/op) and the
+// fraction of decisions that were allowed (allowed/op).
+func BenchmarkCompare(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := srv.Client(b)
+	var cur *compareFixture
+	b.Cleanup(func() {
+		if cur != nil {
+			cur.release(b)
+		}
+	})
+	for _, sc := range scenarios() {
+		for _, parallel := range []bool{false, true} {
+			mode := "serial"
+			if parallel {
+				mode = "parallel"
+			}
+			for _, c := range contenders {
+				if !c.perKey && sc.name != "hot" {
+					continue
+				}
+				// The function runs once per ramp-up step under
+				// RunParallel; the fixture is built and warmed once.
+				var f *compareFixture
+				b.Run(sc.name+"/"+mode+"/"+c.name, func(b *testing.B) {
+					if f == nil {
+						if cur != nil {
+							cur.release(b)
+						}
+						f = newCompareFixture(b, srv, admin, c, sc)
+						cur = f
+					}
+					f.measure(b, sc, parallel)
+				})
+			}
+		}
+	}
+}
+
+// compareFixture is a contender built for one sub-benchmark, with its own
+// Redis client.
+type compareFixture struct {
+	fixture
+	rdb  *redis.Client
+	hook *tripCounter
+}
+
+// newCompareFixture flushes Redis, so that no sub-benchmark sees another's
+// keys, then builds c on a new client and warms it on sc.
+func newCompareFixture(b *testing.B, srv *redistest.Server, admin *redis.Client, c contender, sc scenario) *compareFixture {
+	ctx := context.Background()
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		b.Fatalf("FLUSHALL: %v", err)
+	}
+	f := &compareFixture{hook: new(tripCounter)}
+	if c.where != inProcess {
+		f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
+		f.rdb.AddHook(f.hook)
+	}
+	var err error
+	if f.fixture, err = c.build(f.rdb, compareLimit); err != nil {
+		b.Fatalf("build %s for %v: %v", c.name, compareLimit, err)
+	}
+	calls := 1000
+	if c.where != perCall {
+		calls = max(calls, warmPasses*len(sc.keys))
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if d := time.Since(start); d >= warmFor && (i >= calls || d >= warmMax) {
+			break
+		}
+		if _, _, err := f.allow(ctx, sc.key(i)); err != nil {
+			b.Fatalf("%s: warm-up Allow: %v", c.name, err)
+		}
+	}
+	return f
+}
+
+// release closes the limiter and its client.
+func (f *compareFixture) release(b *testing.B) {
+	if err := f.close(); err != nil {
+		b.Error(err)
+	}
+	if f.rdb != nil {
+		_ = f.rdb.Close()
+	}
+}
+
+// maxErrorRate is the share of calls that may fail before the benchmark
+// does. throttled's compare-and-swap gives up after 10 lost races, which
+// two goroutines on one key do cause (about 1 call in 100 to 1000); those
+// errors are reported as errors/op. A higher share is a broken set-up.
+const maxErrorRate = 0.1
+
+// maxFallbackRate is the share of hybrid's decisions that may fall back to
+// its in-process limiter (a Redis call over its 25 ms budget on this busy
+// machine) before the benchmark fails: more would measure the fallback.
+const maxFallbackRate = 1e-3
+
+// fallbackCount returns the fixture's fallback decisions so far, or 0.
+func (f *compareFixture) fallbackCount() int64 {
+	if f.fallbacks == nil {
+		return 0
+	}
+	return f.fallbacks()
+}
+
+// measure times the fixture's decisions over sc and reports the metrics.
+func (f *compareFixture) measure(b *testing.B, sc scenario, parallel bool) {
+	ctx := context.Background()
+	trips0, cmds0 := f.hook.load()
+	fb0 := f.fallbackCount()
+	var allowed, errs int64
+	var firstErr error
+	b.ReportAllocs()
+	if parallel {
+		var mu sync.Mutex
+		var seed int
+		b.RunParallel(func(pb *testing.PB) {
+			mu.Lock()
+			seed++
+			i := seed * 7919 // each goroutine starts elsewhere in the sequence
+			mu.Unlock()
+			var ok, bad int64
+			var err1 error
+			for pb.Next() {
+				i++
+				a, _, err := f.allow(ctx, sc.key(i))
+				switch {
+				case err != nil:
+					bad++
+					if err1 == nil {
+						err1 = err
+					}
+				case a:
+					ok++
+				}
+			}
+			mu.Lock()
+			allowed, errs = allowed+ok, errs+bad
+			if firstErr == nil {
+				firstErr = err1
+			}
+			mu.Unlock()
+		})
+	} else {
+		i := 0
+		for b.Loop() {
+			i++
+			a, _, err := f.allow(ctx, sc.key(i))
+			switch {
+			case err != nil:
+				errs++
+				if firstErr == nil {
+					firstErr = err
+				}
+			case a:
+				allowed++
+			}
+		}
+	}
+	b.StopTimer()
+	trips1, cmds1 := f.hook.load()
+	n := float64(b.N)
+	if fb := f.fallbackCount() - fb0; fb > 0 {
+		b.Logf("%d of %d decisions fell back to the in-process limiter", fb, b.N)
+		if float64(fb) > maxFallbackRate*n {
+			b.Fatalf("%d of %d decisions fell back (more than %g)", fb, b.N, maxFallbackRate)
+		}
+		b.ReportMetric(float64(fb)/n, "fallbacks/op")
+	}
+	if errs > 0 {
+		b.Logf("%d of %d calls failed, first: %v", errs, b.N, firstErr)
+		if float64(errs) > maxErrorRate*n {
+			b.Fatalf("%d of %d calls failed (more than %g)", errs, b.N, maxErrorRate)
+		}
+		b.ReportMetric(float64(errs)/n, "errors/op")
+	}
+	b.ReportMetric(float64(trips1-trips0)/n, "redis-calls/op")
+	b.ReportMetric(float64(cmds1-cmds0)/n, "redis-cmds/op")
+	b.ReportMetric(float64(allowed)/n, "allowed/op")
+}
+
+// tripCounter is a go-redis hook counting round trips (a command, or a
+// pipeline or transaction of any length) and the commands they carry.
+// It is safe for concurrent use.
+type tripCounter struct{ trips, cmds atomic.Int64 }
+
+func (h *tripCounter) load() (trips, cmds int64) { return h.trips.Load(), h.cmds.Load() }
+
+// DialHook passes dials through.
+func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook counts one round trip of one command.
+func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.trips.Add(1)
+		h.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook counts one round trip of len(cmds) commands.
+func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.trips.Add(1)
+		h.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
