@@ -89,6 +89,16 @@ func (l *Limiter) beat(leave bool) error {
 	if err != nil || leave || n < 1 {
 		return err // during an outage the last count known stands
 	}
+	// The count is the largest of the last three beats: after Redis
+	// restarts empty, or when members beat out of step, one beat may see
+	// the fleet half gathered, and a share too large for an outage right
+	// then is the error to avoid; an instance that left stops counting
+	// three beats later.
+	l.mu.Lock()
+	copy(l.counts[1:], l.counts[:])
+	l.counts[0] = n
+	n = max(l.counts[0], l.counts[1], l.counts[2])
+	l.mu.Unlock()
 	l.instances.Store(n)
 	if l.cfg.fallback == nil {
 		// The share is valid by construction; SetLimit only rejects

@@ -37,6 +37,7 @@ type Limiter struct {
 	id        string
 	fleet     string
 	instances atomic.Int64
+	refunds   atomic.Int64 // refunds sent, for their IDs
 
 	// Observer funcs, nil when not observed.
 	onDecision func(tierlimit.Decision)
@@ -52,8 +53,9 @@ type Limiter struct {
 
 	// mu guards held: the entries that may hold tokens, so that the janitor
 	// and Close can find them (ristretto cannot be iterated).
-	mu   sync.Mutex
-	held map[*entry]struct{}
+	mu     sync.Mutex
+	held   map[*entry]struct{}
+	counts [3]int64 // the fleet's size seen by the last heartbeats, newest first
 
 	// keyLocks order a key's claims with its Reset (slow path only).
 	keyLocks [256]sync.Mutex

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/tierlimit/tierlimit/remote"
@@ -33,7 +34,7 @@ func (l *Limiter) refundHeld(now time.Time, all bool) error {
 	for e := range l.held {
 		if all || e.expires.Load() <= now.UnixNano() {
 			if t := e.tokens.Swap(0); t > 0 {
-				refunds = append(refunds, remote.Refund{Key: e.key, N: t})
+				refunds = append(refunds, remote.Refund{Key: e.key, N: t, ID: l.refundID()})
 			}
 		}
 		if e.tokens.Load() == 0 {
@@ -75,6 +76,13 @@ func (l *Limiter) refund(refunds []remote.Refund) error {
 		}
 	}
 	return firstErr
+}
+
+// refundID returns an ID no other refund of the fleet has: go-redis may
+// send a refund twice when its connection breaks, and Redis applies one ID
+// once (see remote.Refund).
+func (l *Limiter) refundID() string {
+	return l.id + strconv.FormatInt(l.refunds.Add(1), 36)
 }
 
 // heldTokens sums the tokens in leases.

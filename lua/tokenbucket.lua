@@ -4,6 +4,11 @@
 --
 -- KEYS[i]   string "s:ts" of limit i: s = level in units, ts = µs of the
 --           last write. An absent key is a full bucket.
+-- KEYS[n+1] optional, n = the number of limits: the marker of an idempotent
+--           refund. The refund is applied only if the marker did not exist;
+--           it then exists for 30 s. go-redis retries a command whose
+--           connection broke, and a refund that ran before the break must
+--           not run twice: that would mint tokens.
 -- ARGV[1]   client clock in µs, or 0 for TIME
 -- ARGV[2]   min: tokens required; fewer available denies and charges nothing
 -- ARGV[3]   want: tokens to take at most (>= min)
@@ -20,7 +25,10 @@
 -- (when it expires the bucket is full, which is what an absent key means).
 local now = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local n = #KEYS
+local n = (#ARGV - 4) / 3
+if refund > 0 and KEYS[n + 1] and not redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', 30000) then
+  refund = 0 -- this refund ran already
+end
 -- Per limit i, flat: lvl[i] level after refill and refund, last[i] time.
 local lvl, last = {}, {}
 local grant = want

@@ -3,9 +3,11 @@ package remote
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
@@ -67,13 +69,62 @@ func TestRefundBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tb.Refund(ctx, Refund{"a", 1}, Refund{"b", 5}, Refund{"c", 10}); err != nil {
+	if _, err := tb.Refund(ctx, Refund{Key: "a", N: 1}, Refund{Key: "b", N: 5}, Refund{Key: "c", N: 10}); err != nil {
 		t.Fatalf("Refund = %v", err)
 	}
 	for i, want := range []int64{1, 5, 10} {
 		r, _ := tb.AllowN(ctx, keys[i], 0)
 		if r.Remaining != want {
 			t.Errorf("after refund, %s has %d, want %d", keys[i], r.Remaining, want)
+		}
+	}
+}
+
+// TestRefundIdempotent sends a refund with an ID twice, as go-redis does
+// when a connection breaks after Redis ran it: it is applied once. Refunds
+// without an ID, or with another ID, still add up.
+// On a Cluster the marker key must share the bucket's slot (no CROSSSLOT).
+func TestRefundIdempotent(t *testing.T) {
+	backends := []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"miniredis", func(t *testing.T) redis.UniversalClient { return miniBackend(t).rdb }},
+		{"redis", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { refundIdempotent(t, b.rdb(t)) })
+	}
+}
+
+func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {
+	for _, key := range suiteKeys {
+		tb, err := NewTokenBucket(rdb, tierlimit.PerHour(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := tb.AllowN(ctx, key, 50); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []Refund{
+			{Key: key, N: 5, ID: "x1"}, {Key: key, N: 5, ID: "x1"}, // a resend
+			{Key: key, N: 3, ID: "x2"},
+			{Key: key, N: 1}, {Key: key, N: 1},
+		} {
+			if _, err := tb.Refund(ctx, r); err != nil {
+				t.Fatalf("%q: Refund(%+v) = %v", key, r, err)
+			}
+		}
+		if r, _ := tb.AllowN(ctx, key, 0); r.Remaining != 60 {
+			t.Errorf("%q: after refunds 5, 5 again, 3, 1, 1: %d tokens, want 60 (the resend not applied)", key, r.Remaining)
+		}
+		if _, err := tb.Refund(ctx, Refund{Key: key, N: 1, ID: strings.Repeat("i", 65)}); !errors.Is(err, tierlimit.ErrInvalidKey) {
+			t.Errorf("Refund with a 65-byte ID = %v, want ErrInvalidKey", err)
+		}
+		if err := tb.Reset(ctx, key); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -118,7 +169,7 @@ func TestNoScript(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Refund(ctx, Refund{"x", 7}, Refund{"y", 9}); err != nil {
+	if _, err := tb.Refund(ctx, Refund{Key: "x", N: 7, ID: "r1"}, Refund{Key: "y", N: 9}); err != nil {
 		t.Fatalf("Refund after SCRIPT FLUSH = %v", err)
 	}
 	for k, want := range map[string]int64{"x": 7, "y": 9} {

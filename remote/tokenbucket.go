@@ -30,6 +30,9 @@ func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Op
 // AllowN reports whether n tokens may be taken now for key, and takes them
 // if so. n == 0 peeks.
 func (b *TokenBucket) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if b.observed() {
+		return b.observedAllow(ctx, key, n, n, n, 0)
+	}
 	if err := b.check(key, n); err != nil {
 		return tierlimit.Result{}, err
 	}
@@ -59,7 +62,9 @@ func (b *TokenBucket) Lease(ctx context.Context, key string, c Claim) (int64, ti
 	if err := b.checkClaim(key, c); err != nil {
 		return 0, tierlimit.Result{}, err
 	}
+	start := b.start()
 	res, granted, err := b.call(ctx, key, c.Min, c.Want, c.Refund)
+	b.reportCall("claim", start, err)
 	return granted, res, err
 }
 
@@ -78,6 +83,13 @@ func (b *TokenBucket) checkClaim(key string, c Claim) error {
 type Refund struct {
 	Key string
 	N   int64 // 0 < N <= capacity
+	// ID, if not empty, makes the refund idempotent: Redis applies a
+	// refund of a given ID once, however many times it is sent within 30
+	// seconds. go-redis resends a command whose connection broke (up to
+	// Options.MaxRetries), and a refund that ran before the break must not
+	// run twice. Use an ID unique to this refund, at most 64 bytes; it
+	// costs a short-lived marker key in Redis.
+	ID string
 }
 
 // Refund gives tokens back to their buckets, capped at capacity, in one
@@ -89,9 +101,17 @@ func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) (failed []R
 		if err := b.check(r.Key, r.N); err != nil {
 			return refunds, err
 		}
+		if len(r.ID) > 64 {
+			return refunds, fmt.Errorf("%w: remote: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
+		}
 	}
-	cmds := b.pipeline(ctx, len(refunds), func(i int) (string, []int64) {
-		return refunds[i].Key, []int64{0, 0, refunds[i].N}
+	cmds := b.pipeline(ctx, "refund", len(refunds), func(i int) ([]string, []int64) {
+		keys := b.redisKeys(refunds[i].Key)
+		if id := refunds[i].ID; id != "" {
+			tag := keyTag(refunds[i].Key)
+			keys = append(keys, b.bases[0]+string(tag[:])+"}:r:"+id)
+		}
+		return keys, []int64{0, 0, refunds[i].N}
 	})
 	var errs []error
 	for i, c := range cmds {
@@ -123,8 +143,8 @@ func (b *TokenBucket) LeaseBatch(ctx context.Context, keys []string, claims []Cl
 			return grants
 		}
 	}
-	cmds := b.pipeline(ctx, len(claims), func(i int) (string, []int64) {
-		return keys[i], []int64{claims[i].Min, claims[i].Want, claims[i].Refund}
+	cmds := b.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []int64) {
+		return b.redisKeys(keys[i]), []int64{claims[i].Min, claims[i].Want, claims[i].Refund}
 	})
 	for i, c := range cmds {
 		reply, err := c.Slice()
@@ -136,11 +156,28 @@ func (b *TokenBucket) LeaseBatch(ctx context.Context, keys []string, claims []Cl
 	return grants
 }
 
-// pipeline runs the script n times, call i with the key and ARGV head that
-// at(i) returns, in one pipeline. A pipeline does not fall back to EVAL by
+// pipeline runs the script n times, call i with the Redis keys and ARGV
+// head that at(i) returns, in one pipeline. A pipeline does not fall back to EVAL by
 // itself: the calls the server answered NOSCRIPT are sent again with EVAL,
-// and only those, so that none runs twice.
-func (b *TokenBucket) pipeline(ctx context.Context, n int, at func(int) (string, []int64)) []*redis.Cmd {
+// and only those, so that none runs twice. The observer sees one call, op,
+// with the first error of the calls, if any.
+func (b *TokenBucket) pipeline(ctx context.Context, op string, n int, at func(int) ([]string, []int64)) []*redis.Cmd {
+	start := b.start()
+	cmds := b.sendAgain(ctx, n, at)
+	if b.onCall != nil {
+		var err error
+		for _, c := range cmds {
+			if err = c.Err(); err != nil {
+				break
+			}
+		}
+		b.reportCall(op, start, err)
+	}
+	return cmds
+}
+
+// sendAgain sends the calls, and again with EVAL those answered NOSCRIPT.
+func (b *TokenBucket) sendAgain(ctx context.Context, n int, at func(int) ([]string, []int64)) []*redis.Cmd {
 	cmds := b.send(ctx, n, at, nil)
 	var again []int
 	for i, c := range cmds {
@@ -157,7 +194,7 @@ func (b *TokenBucket) pipeline(ctx context.Context, n int, at func(int) (string,
 }
 
 // send pipelines the calls with EVALSHA, or with EVAL those at index in only.
-func (b *TokenBucket) send(ctx context.Context, n int, at func(int) (string, []int64), only []int) []*redis.Cmd {
+func (b *TokenBucket) send(ctx context.Context, n int, at func(int) ([]string, []int64), only []int) []*redis.Cmd {
 	if only != nil {
 		n = len(only)
 	}
@@ -168,8 +205,8 @@ func (b *TokenBucket) send(ctx context.Context, n int, at func(int) (string, []i
 			if only != nil {
 				run, j = b.alg.script.Eval, only[i]
 			}
-			key, head := at(j)
-			cmds[i] = run(ctx, p, b.redisKeys(key), b.args(head)...)
+			keys, head := at(j)
+			cmds[i] = run(ctx, p, keys, b.args(head)...)
 		}
 		return nil
 	})
