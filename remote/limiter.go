@@ -36,6 +36,11 @@ type limiter struct {
 	clock  Clock
 	maxN   int64
 
+	// The observer's funcs (WithObserver), nil when not observed: the
+	// unobserved path reads no clock.
+	onDecision func(tierlimit.Decision)
+	onCall     func(tierlimit.RedisCall)
+
 	// oneHead and oneArgs are the ARGV of the most common call (server
 	// clock, n = 1), built once: go-redis copies ARGV and never changes
 	// it, so every call may share it.
@@ -57,6 +62,9 @@ func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit
 		}
 	}
 	l := &limiter{rdb: rdb, alg: alg, clock: cfg.clock, limits: append([]tierlimit.Limit{limit}, cfg.extra...)}
+	if o := cfg.obs; o != nil {
+		l.onDecision, l.onCall = o.Decision, o.RedisCall
+	}
 	l.maxN = -1
 	for _, lim := range l.limits {
 		if err := lim.Validate(); err != nil {
@@ -148,6 +156,9 @@ func (l *limiter) check(key string, n int64) error {
 // if so. n == 0 peeks: it charges nothing and is always allowed, with
 // Remaining telling what is left.
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if l.observed() {
+		return l.observedAllow(ctx, key, n, n)
+	}
 	if err := l.check(key, n); err != nil {
 		return tierlimit.Result{}, err
 	}
@@ -165,10 +176,50 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return err
 	}
-	if err := l.rdb.Del(ctx, l.redisKeys(key)...).Err(); err != nil {
+	start := l.start()
+	err := l.rdb.Del(ctx, l.redisKeys(key)...).Err()
+	l.reportCall("reset", start, err)
+	if err != nil {
 		return fmt.Errorf("remote: reset: %w", err)
 	}
 	return nil
+}
+
+func (l *limiter) observed() bool { return l.onDecision != nil || l.onCall != nil }
+
+// observedAllow is AllowN, with head the ARGV after the clock, when
+// observed: it reports the Redis call and, if it succeeded, the decision.
+func (l *limiter) observedAllow(ctx context.Context, key string, n int64, head ...int64) (tierlimit.Result, error) {
+	start := time.Now()
+	if err := l.check(key, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	res, _, err := l.call(ctx, key, head...)
+	lat := time.Since(start)
+	if l.onCall != nil {
+		l.onCall(tierlimit.RedisCall{Op: "allow", Latency: lat, Err: err})
+	}
+	if err == nil && l.onDecision != nil {
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n, Latency: lat})
+	}
+	return res, err
+}
+
+// start returns the time a Redis call starts, for reportCall; the zero
+// time when no one observes calls. Latency is measured on the local
+// monotonic clock, whatever clock decides.
+func (l *limiter) start() time.Time {
+	if l.onCall == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// reportCall reports a Redis call that began at start, if observed.
+func (l *limiter) reportCall(op string, start time.Time, err error) {
+	if l.onCall != nil {
+		l.onCall(tierlimit.RedisCall{Op: op, Latency: time.Since(start), Err: err})
+	}
 }
 
 // call runs the script with head ARGV (after the clock) and returns the

@@ -34,6 +34,7 @@ type config struct {
 	prefix string
 	extra  []tierlimit.Limit
 	clock  Clock
+	obs    *tierlimit.Observer
 }
 
 // WithPrefix sets the prefix of every Redis key (default DefaultPrefix). It
@@ -69,6 +70,22 @@ func WithClientClock(clock Clock) Option {
 			return fmt.Errorf("%w: remote: nil clock", tierlimit.ErrInvalidOption)
 		}
 		c.clock = clock
+		return nil
+	})
+}
+
+// WithObserver reports to o each decision of Allow and AllowN (Source
+// remote) and each round trip to Redis, by Op: "allow" for Allow and AllowN,
+// "reset" for Reset, "claim" for Lease and LeaseBatch, "refund" for Refund
+// (see tierlimit.Observer). Lease, LeaseBatch and Refund report no decision:
+// the hybrid tier that calls them decides. Without an observer nothing is
+// measured.
+func WithObserver(o *tierlimit.Observer) Option {
+	return optionFunc(func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: remote: nil observer", tierlimit.ErrInvalidOption)
+		}
+		c.obs = o
 		return nil
 	})
 }
