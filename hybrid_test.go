@@ -4,8 +4,6 @@ package tierlimit_test
 // fleets of OS processes (this test binary, re-executed) share one limit.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +28,9 @@ import (
 // re-executed by runFleet.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv("TIERLIMIT_FLEET_MEMBER"); spec != "" {
+		if strings.Contains(spec, `"Fault":true`) {
+			os.Exit(faultMember(spec))
+		}
 		os.Exit(fleetMember(spec))
 	}
 	os.Exit(m.Run())
@@ -42,8 +44,14 @@ type memberSpec struct {
 	Zipf       float64 // s parameter of the Zipf distribution (> 1)
 	Prefix     string
 	Goroutines int
-	Start      int64 // unix ns; nobody calls before
+	Start      int64 // unix ns; nobody calls before (runFleet sets it if 0)
 	Duration   time.Duration
+
+	// Fault tests (faults_test.go): Redis is killed at KillAt and started
+	// again at RestartAt (unix ns).
+	Fault                    bool
+	KillAt, RestartAt        int64
+	Budget, Probe, Heartbeat time.Duration
 }
 
 // memberReport is what a fleet member prints when done.
@@ -125,10 +133,26 @@ func fleetMember(spec string) int {
 // the start instant.
 func runFleet(t *testing.T, members int, spec memberSpec) ([]memberReport, time.Time) {
 	t.Helper()
-	start := time.Now().Add(500 * time.Millisecond) // time for the processes to start
-	spec.Start = start.UnixNano()
-	raw, _ := json.Marshal(spec)
+	if spec.Start == 0 {
+		spec.Start = time.Now().Add(500 * time.Millisecond).UnixNano() // time for the processes to start
+	}
+	start := time.Unix(0, spec.Start)
+	outs := runMembers(t, members, spec)
 	reports := make([]memberReport, members)
+	for i, out := range outs {
+		if err := json.Unmarshal(out, &reports[i]); err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	return reports, start
+}
+
+// runMembers runs members processes with spec and returns what each
+// printed.
+func runMembers(t *testing.T, members int, spec memberSpec) [][]byte {
+	t.Helper()
+	raw, _ := json.Marshal(spec)
+	outs := make([][]byte, members)
 	errs := make([]error, members)
 	var wg sync.WaitGroup
 	for i := 0; i < members; i++ {
@@ -140,12 +164,10 @@ func runFleet(t *testing.T, members int, spec memberSpec) ([]memberReport, time.
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), "TIERLIMIT_FLEET_MEMBER="+string(raw))
 			cmd.Stderr = os.Stderr
-			out, err := cmd.Output()
-			if err != nil {
-				errs[i] = fmt.Errorf("member %d: %v", i, err)
-				return
+			outs[i], errs[i] = cmd.Output()
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("member %d: %v", i, errs[i])
 			}
-			errs[i] = json.NewDecoder(bufio.NewReader(bytes.NewReader(out))).Decode(&reports[i])
 		}(i)
 	}
 	wg.Wait()
@@ -154,7 +176,7 @@ func runFleet(t *testing.T, members int, spec memberSpec) ([]memberReport, time.
 			t.Fatal(err)
 		}
 	}
-	return reports, start
+	return outs
 }
 
 // fleetTotals sums the members' admissions per key and checks that no
