@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
@@ -476,9 +477,9 @@ func TestFaultFlush(t *testing.T) {
 			s := redistest.Start(t)
 			rdb := s.Client(t)
 			admin := s.Client(t)
-			// Refills one token a second: Redis's level tells what was
-			// debited, with room to spare (no key runs dry).
-			limit := tierlimit.Limit{Rate: 3600, Period: time.Hour, Burst: 100_000_000}
+			// Refills one token an hour: Redis's level tells exactly what
+			// was debited, with room to spare (no key runs dry).
+			limit := tierlimit.Limit{Rate: 1, Period: time.Hour, Burst: 500_000}
 			l, err := hybrid.New(rdb, limit, hybrid.WithCallBudget(5*time.Second), hybrid.WithLeaseTTL(100*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -715,6 +716,100 @@ func TestSoak(t *testing.T) {
 	for i, h := range heaps[2:] {
 		if float64(h) > 1.1*float64(heaps[1]) {
 			t.Errorf("live heap at sample %d: %d KiB, more than 10%% above the baseline, %d KiB", i+3, h>>10, heaps[1]>>10)
+		}
+	}
+}
+
+// keySlot is the Cluster slot of every Redis key of a user key: the slot of
+// the library's hash tag (16 hex digits of xxHash64, see docs/operations.md).
+func keySlot(t *testing.T, rdb *redis.ClusterClient, key string) int {
+	t.Helper()
+	tag := fmt.Sprintf("{%016x}", xxhash.Sum64String(key))
+	slot, err := rdb.ClusterKeySlot(context.Background(), tag).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(slot)
+}
+
+// TestFaultCluster: on a 3-master Redis Cluster under load, the slot of a
+// loaded key is migrated to another master (ASK, then MOVED), and a master
+// fails over to its replica (MOVED, READONLY from the demoted master).
+// Callers see no error, no call ever gets CROSSSLOT, the ledger balances
+// and no token is minted.
+func TestFaultCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 5 s of load on a cluster")
+	}
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t)
+	var calls, failed, crossSlot atomic.Int64
+	obs := &tierlimit.Observer{RedisCall: func(rc tierlimit.RedisCall) {
+		calls.Add(1)
+		if rc.Err != nil {
+			failed.Add(1)
+			if strings.Contains(rc.Err.Error(), "CROSSSLOT") {
+				crossSlot.Add(1)
+			}
+		}
+	}}
+	limit := tierlimit.Limit{Rate: 3600, Period: time.Hour, Burst: 100_000_000}
+	l, err := hybrid.New(rdb, limit, hybrid.WithCallBudget(5*time.Second), hybrid.WithLeaseTTL(100*time.Millisecond),
+		hybrid.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrated := keySlot(t, rdb, "k0")
+	from := c.SlotOwner(t, migrated)
+	to := (from + 1) % len(c.Nodes)
+	failing := c.SlotOwner(t, keySlot(t, rdb, "k1"))
+	replica := c.AddReplica(t, failing)
+
+	began := time.Now()
+	done := make(chan loadResult)
+	go func() { done <- runLoad(l, 20, 5*time.Second, 0, 5*time.Second) }()
+	time.Sleep(time.Second)
+	c.MigrateSlot(t, migrated, from, to)
+	t.Logf("slot %d of k0 migrated from node %d to node %d at %v", migrated, from, to, time.Since(began).Round(time.Millisecond))
+	time.Sleep(time.Second)
+	c.Failover(t, replica)
+	t.Logf("node %d failed over to its replica %s at %v", failing, replica.Addr, time.Since(began).Round(time.Millisecond))
+	res := <-done
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	refill := int64(time.Since(began)/time.Second) + 2
+	st := l.Stats()
+	var admitted int64
+	for _, v := range res.admitted {
+		admitted += v
+	}
+	t.Logf("%d admitted; %d Redis calls, %d failed, %d CROSSSLOT; p99 <= %v; stats %+v",
+		admitted, calls.Load(), failed.Load(), crossSlot.Load(), res.hist.quantile(0.99), st)
+	if res.errors != 0 {
+		t.Errorf("%d errors reached callers, want 0", res.errors)
+	}
+	if crossSlot.Load() != 0 {
+		t.Errorf("%d calls got CROSSSLOT, want none ever", crossSlot.Load())
+	}
+	if st.Leased != st.Spent+st.Refunded+st.Lost+st.Held || st.Held != 0 {
+		t.Errorf("ledger %+v does not balance", st)
+	}
+	if st.Fallback != 0 {
+		t.Logf("%d decisions fell back during the resharding: the level check below counts them as leased", st.Fallback)
+	}
+	check, err := hybrid.New(rdb, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	for k, v := range res.admitted {
+		r, err := check.AllowN(context.Background(), k, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if most := limit.Capacity() - v + st.Fallback + refill; r.Remaining > most {
+			t.Errorf("key %s: Redis holds %d after %d admitted: tokens minted", k, r.Remaining, v)
 		}
 	}
 }

@@ -21,8 +21,16 @@
 // when a lease expires, is evicted from the bounded cache, on Reset and on
 // Close; Stats keeps the ledger leased = spent + refunded + lost + held.
 //
-// When Redis fails, decisions fall back to an in-process limiter (package
-// local) and no Redis error reaches the caller: see WithFallback.
+// When Redis fails or is slow, no decision waits longer than the call budget
+// (WithCallBudget) and no Redis error reaches the caller: a circuit breaker
+// (WithBreakerThreshold, WithProbeInterval) stops calling Redis, leases held
+// are spent first, and the failure mode decides the rest (WithFailureMode):
+// by default an in-process limiter per key (package local) at this
+// instance's share of the limit, the live instances being counted in Redis
+// by a heartbeat (WithHeartbeat, WithFallback). Probes close the breaker
+// when Redis answers, and leasing resumes by itself. Redis refusing the
+// limiter's commands (wrong password, missing ACL permission) is not an
+// outage: New and AllowN report tierlimit.ErrMisconfigured.
 //
 // docs/design.md states the guarantees with their proofs and bounds.
 package hybrid
