@@ -1,0 +1,99 @@
+package metrics
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// DefaultNamespace begins every metric name, unless WithNamespace says
+// otherwise.
+const DefaultNamespace = "tierlimit"
+
+// Option configures a Collector.
+type Option interface {
+	apply(*config) error
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+type config struct {
+	namespace       string
+	decisionBuckets []float64
+	redisBuckets    []float64
+}
+
+// The default histogram buckets, in seconds. A decision from a lease or an
+// in-process limiter takes well under a microsecond and one that waits on
+// Redis a round trip, so the decision buckets span 1 µs to 100 ms; Redis
+// calls, 100 µs to 1 s.
+func defaults() config {
+	return config{
+		namespace:       DefaultNamespace,
+		decisionBuckets: []float64{1e-6, 1e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1},
+		redisBuckets:    []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1},
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: metrics: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+}
+
+var namespaceRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// WithNamespace sets the prefix of every metric name (default
+// DefaultNamespace): a Prometheus name part, letters, digits and '_', not
+// starting with a digit.
+func WithNamespace(ns string) Option {
+	return optionFunc(func(c *config) error {
+		if !namespaceRE.MatchString(ns) {
+			return invalid("namespace %q is not a Prometheus name", ns)
+		}
+		c.namespace = ns
+		return nil
+	})
+}
+
+// WithDecisionBuckets sets the upper bounds, in seconds, of the decision
+// latency histogram's buckets (default 1 µs, 10 µs, 100 µs, 250 µs,
+// 500 µs, 1 ms, 2.5 ms, 5 ms, 10 ms, 25 ms, 100 ms): finite, positive and
+// increasing.
+func WithDecisionBuckets(bounds ...float64) Option {
+	return optionFunc(func(c *config) error {
+		if err := checkBuckets(bounds); err != nil {
+			return err
+		}
+		c.decisionBuckets = append([]float64(nil), bounds...)
+		return nil
+	})
+}
+
+// WithRedisBuckets sets the upper bounds, in seconds, of the Redis call
+// latency histogram's buckets (default 100 µs, 250 µs, 500 µs, 1 ms,
+// 2.5 ms, 5 ms, 10 ms, 25 ms, 50 ms, 100 ms, 250 ms, 1 s), as for
+// WithDecisionBuckets.
+func WithRedisBuckets(bounds ...float64) Option {
+	return optionFunc(func(c *config) error {
+		if err := checkBuckets(bounds); err != nil {
+			return err
+		}
+		c.redisBuckets = append([]float64(nil), bounds...)
+		return nil
+	})
+}
+
+func checkBuckets(b []float64) error {
+	if len(b) == 0 {
+		return invalid("no buckets")
+	}
+	for i, v := range b {
+		if v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) || (i > 0 && v <= b[i-1]) {
+			return invalid("buckets %v must be finite, positive and increasing", b)
+		}
+	}
+	return nil
+}
