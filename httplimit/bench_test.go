@@ -1,0 +1,117 @@
+package httplimit
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// constLimiter admits everything with one fixed Result: a limiter that
+// costs next to nothing, so that a benchmark measures the middleware.
+type constLimiter struct{ res tierlimit.Result }
+
+func (c *constLimiter) AllowN(context.Context, string, int64) (tierlimit.Result, error) {
+	return c.res, nil
+}
+
+// nopWriter is a ResponseWriter that keeps its header map between
+// iterations (cleared, so that its buckets are reused, as a server's fresh
+// map would be grown once by the handler anyway).
+type nopWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *nopWriter) WriteHeader(code int)        { w.code = code }
+
+var benchLimiter = &constLimiter{tierlimit.Result{
+	Allowed: true, Limit: tierlimit.PerMinute(100), Remaining: 42, ResetAfter: 30 * time.Second,
+}}
+
+// benchHandler is what a typical handler does at least: set a header and
+// write a body.
+var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok"))
+})
+
+// BenchmarkOverhead compares calling the limiter directly and then the
+// handler (impl=direct) with the middleware doing the same plus key
+// extraction and headers (impl=middleware). Compare them with
+//
+//	benchstat -col /impl out.txt
+func BenchmarkOverhead(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		remote string
+		header []string
+		key    string
+		opts   []Option
+	}{
+		{"peer=ipv4", "192.0.2.1:50000", nil, "192.0.2.1", nil},
+		{"peer=ipv6", "[2001:db8:1:2:3:4:5:6]:50000", nil, "2001:db8:1:2::", nil},
+		{"peer=proxy", "10.0.0.1:50000", []string{"X-Forwarded-For", "198.51.100.7, 10.0.0.2"}, "198.51.100.7",
+			[]Option{WithTrustedProxies("10.0.0.0/8")}},
+		{"peer=ipv4-legacy", "192.0.2.1:50000", nil, "192.0.2.1", []Option{WithLegacyHeaders()}},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		for i := 0; i+1 < len(tc.header); i += 2 {
+			r.Header.Add(tc.header[i], tc.header[i+1])
+		}
+		w := &nopWriter{h: http.Header{}}
+		b.Run(tc.name+"/impl=direct", func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := r.Context()
+			for b.Loop() {
+				clear(w.h)
+				res, err := benchLimiter.AllowN(ctx, tc.key, 1)
+				if err != nil || !res.Allowed {
+					b.Fatalf("AllowN = %+v, %v", res, err)
+				}
+				benchHandler.ServeHTTP(w, r)
+			}
+		})
+		m, err := New(benchLimiter, tc.opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := m.Handler(benchHandler)
+		b.Run(tc.name+"/impl=middleware", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+			if w.h.Get("RateLimit") == "" {
+				b.Fatal("no RateLimit field")
+			}
+		})
+	}
+}
+
+// BenchmarkOverheadParallel runs the middleware from every core: it keeps
+// no shared mutable state, so it should scale as the limiter does.
+func BenchmarkOverheadParallel(b *testing.B) {
+	m, err := New(benchLimiter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := m.Handler(benchHandler)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "192.0.2.1:50000"
+		w := &nopWriter{h: http.Header{}}
+		for pb.Next() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+		}
+	})
+}

@@ -1,0 +1,227 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// resolver finds a request's client address. It is read-only after New.
+type resolver struct {
+	trusted   []netip.Prefix
+	header    string // canonical name of the header trusted proxies write
+	forwarded bool   // header is Forwarded (RFC 7239), not X-Forwarded-For
+	v6bits    int
+}
+
+// clientIP returns the key of r's client: its address as text, an IPv6
+// address masked to v6bits. It is the peer's address (RemoteAddr) unless
+// the peer is a trusted proxy; then it is the right-most address of the
+// proxy header that is not a trusted proxy, or the left-most one if all
+// are. A malformed header, or an element that is not an address (such as
+// "unknown") reached before an untrusted address, falls back to the peer:
+// the header cannot be trusted. A RemoteAddr that is not an address (a Unix
+// socket, say) is the key as it is; an empty one gives "", false.
+func (rs *resolver) clientIP(r *http.Request) (string, bool) {
+	peer, text, ok := parseRemote(r.RemoteAddr)
+	if !ok {
+		return r.RemoteAddr, r.RemoteAddr != ""
+	}
+	if len(rs.trusted) == 0 || !rs.isTrusted(peer) {
+		return rs.key(peer, text), true
+	}
+	var (
+		client netip.Addr
+		ctext  string
+		found  bool
+	)
+	if rs.forwarded {
+		client, ctext, found = rs.walkForwarded(r.Header[rs.header])
+	} else {
+		client, ctext, found = rs.walkXFF(r.Header[rs.header])
+	}
+	if !found {
+		return rs.key(peer, text), true
+	}
+	// The key may live as long as the limiter tracks it: copy it out of
+	// the header, which may be large.
+	return strings.Clone(rs.key(client, ctext)), true
+}
+
+func (rs *resolver) isTrusted(a netip.Addr) bool {
+	a = a.Unmap().WithZone("") // a prefix contains neither mapped nor zoned addresses
+	for _, p := range rs.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// key formats a client address. text is a's spelling in the request: for a
+// plain IPv4 address it is already canonical (netip accepts no other
+// spelling), so the common case allocates nothing.
+func (rs *resolver) key(a netip.Addr, text string) string {
+	switch {
+	case a.Is4():
+		return text
+	case a.Is4In6():
+		return a.Unmap().String()
+	}
+	p, _ := a.WithZone("").Prefix(rs.v6bits) // bits are checked by WithIPv6Prefix
+	return p.Addr().String()
+}
+
+// step is what a walk does with one element of a proxy header.
+type step uint8
+
+const (
+	stepTrusted   step = iota // a trusted proxy: keep walking left
+	stepClient                // the client
+	stepMalformed             // not an address: give up on the header
+)
+
+// visit classifies one element, remembering the last trusted one.
+func (rs *resolver) visit(elem string, last *netip.Addr, lastText *string) (netip.Addr, string, step) {
+	a, text, ok := parseHost(elem)
+	if !ok {
+		return a, text, stepMalformed
+	}
+	if rs.isTrusted(a) {
+		*last, *lastText = a, text
+		return a, text, stepTrusted
+	}
+	return a, text, stepClient
+}
+
+// walkXFF walks X-Forwarded-For right to left, over every field line (a
+// proxy may add a line rather than append to one). Empty list elements are
+// skipped, as RFC 9110 asks of recipients.
+func (rs *resolver) walkXFF(lines []string) (netip.Addr, string, bool) {
+	var (
+		last     netip.Addr
+		lastText string
+	)
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for line != "" {
+			elem := line
+			if j := strings.LastIndexByte(line, ','); j >= 0 {
+				elem, line = line[j+1:], line[:j]
+			} else {
+				line = ""
+			}
+			elem = trimOWS(elem)
+			if elem == "" {
+				continue
+			}
+			a, text, s := rs.visit(elem, &last, &lastText)
+			switch s {
+			case stepClient:
+				return a, text, true
+			case stepMalformed:
+				return netip.Addr{}, "", false
+			}
+		}
+	}
+	return last, lastText, last.IsValid()
+}
+
+// walkForwarded walks the for= parameters of Forwarded (RFC 7239) right to
+// left. A field line that does not parse is malformed as a whole, since its
+// elements cannot be told apart; an element without for=, or whose for= is
+// "unknown" or an obfuscated identifier, is malformed when reached.
+func (rs *resolver) walkForwarded(lines []string) (netip.Addr, string, bool) {
+	var (
+		last     netip.Addr
+		lastText string
+		buf      [8]string
+	)
+	for i := len(lines) - 1; i >= 0; i-- {
+		fors, ok := forwardedFors(lines[i], buf[:0])
+		if !ok {
+			return netip.Addr{}, "", false
+		}
+		for j := len(fors) - 1; j >= 0; j-- {
+			a, text, s := rs.visit(fors[j], &last, &lastText)
+			switch s {
+			case stepClient:
+				return a, text, true
+			case stepMalformed:
+				return netip.Addr{}, "", false
+			}
+		}
+	}
+	return last, lastText, last.IsValid()
+}
+
+// parseRemote parses Request.RemoteAddr: "ip:port" as net/http sets it
+// from the connection (so the port is not checked), or a bare address.
+func parseRemote(s string) (netip.Addr, string, bool) {
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i > 0 {
+		host = s[:i]
+		if host[0] == '[' && host[len(host)-1] == ']' {
+			host = host[1 : len(host)-1]
+		}
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a, host, true
+	}
+	return parseHost(s)
+}
+
+// parseHost parses one address as proxies write it: "192.0.2.1",
+// "2001:db8::1", "[2001:db8::1]", or any of these with a port
+// ("192.0.2.1:443", "[2001:db8::1]:443"). It returns the address (zone
+// kept) and its text without brackets or port.
+func parseHost(s string) (netip.Addr, string, bool) {
+	if s == "" {
+		return netip.Addr{}, "", false
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, s, true
+	}
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i > 0 && (s[0] != '[' || s[i-1] == ']') {
+		if !isPort(s[i+1:]) {
+			return netip.Addr{}, "", false
+		}
+		host = s[:i]
+	}
+	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+		if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+			return a, host, true
+		}
+		return netip.Addr{}, "", false
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+		return a, host, true
+	}
+	return netip.Addr{}, "", false
+}
+
+func isPort(s string) bool {
+	if s == "" || len(s) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n <= 65535
+}
+
+func trimOWS(s string) string {
+	for s != "" && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,73 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// fakeLimiter admits Capacity events per key, ever, and reports fixed
+// RetryAfter and ResetAfter: deterministic answers for checking what the
+// middleware does with them. It is safe for concurrent use.
+type fakeLimiter struct {
+	limit        tierlimit.Limit
+	retry, reset time.Duration
+	err          error // returned by every call when set
+
+	mu    sync.Mutex
+	used  map[string]int64
+	calls []call
+}
+
+// call is one AllowN the fake answered.
+type call struct {
+	key string
+	n   int64
+}
+
+func newFake(limit tierlimit.Limit, retry, reset time.Duration) *fakeLimiter {
+	return &fakeLimiter{limit: limit, retry: retry, reset: reset, used: map[string]int64{}}
+}
+
+func (f *fakeLimiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call{key, n})
+	if f.err != nil {
+		return tierlimit.Result{}, f.err
+	}
+	if err := tierlimit.CheckKey(key); err != nil {
+		return tierlimit.Result{}, err
+	}
+	if err := f.limit.CheckCost(n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	left := f.limit.Capacity() - f.used[key]
+	res := tierlimit.Result{Limit: f.limit, ResetAfter: f.reset, Source: tierlimit.SourceLocal}
+	if n > left {
+		res.Remaining, res.RetryAfter = left, f.retry
+		return res, nil
+	}
+	f.used[key] += n
+	res.Allowed, res.Remaining = true, left-n
+	return res, nil
+}
+
+// charged returns the tokens key was charged.
+func (f *fakeLimiter) charged(key string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.used[key]
+}
+
+// asked returns the calls made so far.
+func (f *fakeLimiter) asked() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]call(nil), f.calls...)
+}
+
+func (c call) String() string { return fmt.Sprintf("AllowN(%q, %d)", c.key, c.n) }

@@ -1,0 +1,145 @@
+package httplimit
+
+import "strings"
+
+// forwardedFors parses one Forwarded field line (RFC 7239, section 4):
+//
+//	Forwarded         = 1#forwarded-element
+//	forwarded-element = [ forwarded-pair ] *( ";" [ forwarded-pair ] )
+//	forwarded-pair    = token "=" value
+//	value             = token / quoted-string
+//
+// and appends to fors, for each element in order, the value of its for
+// parameter ("" when it has none). Empty elements are skipped; optional
+// whitespace is accepted around ',' and ';'. ok is false when the line does
+// not parse, or an element names for twice.
+func forwardedFors(line string, fors []string) (_ []string, ok bool) {
+	i := 0
+	for {
+		forVal, pairs := "", 0
+		hasFor := false
+		for {
+			i = skipOWS(line, i)
+			if i >= len(line) || line[i] == ',' {
+				break
+			}
+			if line[i] == ';' {
+				i++
+				continue
+			}
+			var name, val string
+			name, val, i, ok = forwardedPair(line, i)
+			if !ok {
+				return fors, false
+			}
+			pairs++
+			if strings.EqualFold(name, "for") {
+				if hasFor {
+					return fors, false
+				}
+				forVal, hasFor = val, true
+			}
+			i = skipOWS(line, i)
+			if i < len(line) && line[i] != ';' && line[i] != ',' {
+				return fors, false
+			}
+		}
+		if pairs > 0 {
+			fors = append(fors, forVal)
+		}
+		if i >= len(line) {
+			return fors, true
+		}
+		i++ // the ','
+	}
+}
+
+// forwardedPair parses token "=" value at line[i:].
+func forwardedPair(line string, i int) (name, val string, next int, ok bool) {
+	j := i
+	for j < len(line) && isTchar(line[j]) {
+		j++
+	}
+	if j == i || j >= len(line) || line[j] != '=' {
+		return "", "", i, false
+	}
+	name, i = line[i:j], j+1
+	if i < len(line) && line[i] == '"' {
+		val, i, ok = quotedString(line, i)
+		return name, val, i, ok
+	}
+	j = i
+	for j < len(line) && isTchar(line[j]) {
+		j++
+	}
+	if j == i {
+		return "", "", i, false
+	}
+	return name, line[i:j], j, true
+}
+
+// quotedString parses the quoted-string (RFC 9110, section 5.6.4) that
+// starts at line[i], a '"'. It returns the unescaped content and the index
+// after the closing quote.
+func quotedString(line string, i int) (string, int, bool) {
+	escaped := false
+	for j := i + 1; j < len(line); j++ {
+		switch c := line[j]; {
+		case c == '"':
+			s := line[i+1 : j]
+			if escaped {
+				s = unescape(s)
+			}
+			return s, j + 1, true
+		case c == '\\':
+			j++
+			if j >= len(line) || !isQuotedPairChar(line[j]) {
+				return "", i, false
+			}
+			escaped = true
+		case !isQdtext(c):
+			return "", i, false
+		}
+	}
+	return "", i, false
+}
+
+// unescape removes the backslashes of quoted-pairs from a checked
+// quoted-string's content.
+func unescape(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func skipOWS(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// isTchar reports whether c may appear in a token (RFC 9110, section 5.6.2).
+func isTchar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// isQdtext reports whether c may appear unescaped in a quoted-string.
+func isQdtext(c byte) bool {
+	return c == '\t' || c == ' ' || c == 0x21 || (0x23 <= c && c <= 0x5b) || (0x5d <= c && c <= 0x7e) || c >= 0x80
+}
+
+// isQuotedPairChar reports whether c may follow a backslash.
+func isQuotedPairChar(c byte) bool {
+	return c == '\t' || (0x20 <= c && c <= 0x7e) || c >= 0x80
+}

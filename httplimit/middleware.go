@@ -1,0 +1,245 @@
+package httplimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// rule is one limiter the middleware asks. It must not be copied.
+type rule struct {
+	name string
+	lim  tierlimit.Limiter
+	key  KeyFunc // nil: the client IP
+
+	// policy caches the RateLimit-Policy item of the last Limit seen: a
+	// limiter's Limit rarely changes, and formatting it on every request
+	// was a sixth of the middleware's time in a CPU profile. An atomic
+	// pointer, because every request reads it and a lock would serialize
+	// them.
+	policy atomic.Pointer[policyItem]
+}
+
+// policyItem is a formatted quota policy item.
+type policyItem struct {
+	limit tierlimit.Limit
+	text  string
+}
+
+// policyText returns the RateLimit-Policy item of l under ru's name.
+func (ru *rule) policyText(l tierlimit.Limit) string {
+	if p := ru.policy.Load(); p != nil && p.limit == l {
+		return p.text
+	}
+	p := &policyItem{limit: l, text: string(appendPolicy(nil, ru.name, l))}
+	ru.policy.Store(p)
+	return p.text
+}
+
+// Middleware limits the requests of an http.Handler with one or more
+// tierlimit.Limiters, and tells clients where they stand with the RateLimit
+// header fields. Build one with New; wrap handlers with Handler. A
+// Middleware is safe for concurrent use and is not changed after New.
+//
+// For each request it resolves the client IP, computes the cost (WithCost)
+// and asks each limiter in order, the one given to New first, with the
+// request's context. When a limiter denies, the request is denied, and the
+// limiters after it are asked with cost 0 (a peek that charges nothing) so
+// that their state still shows in the headers; the limiters before it,
+// which admitted the request, keep their charge, since a Limiter has no
+// refund. Put the limiter most likely to deny first.
+//
+// # Client IP
+//
+// By default the client IP is the peer's (Request.RemoteAddr) and proxy
+// headers are ignored: a client can write anything in them. Behind proxies,
+// WithTrustedProxies names the ones whose X-Forwarded-For (or Forwarded,
+// see WithProxyHeader) is believed. When the peer is one of them, the
+// header is walked from right to left, each address having been written
+// by the hop after it: trusted proxies are skipped and the first address
+// that is not one is the client. Addresses a client prepends therefore
+// never count. A header that does not parse, or an element that is not an
+// address, reached before an untrusted address, makes the middleware fall
+// back to the peer's address. IPv6 clients are keyed by their /64 (see
+// WithIPv6Prefix).
+//
+// # Headers
+//
+// The fields of draft-ietf-httpapi-ratelimit-headers-11 (May 2026), in
+// structured-field syntax (RFC 9651):
+//
+//	RateLimit-Policy: "default";q=100;w=60
+//	RateLimit: "default";r=42;t=30
+//
+// RateLimit-Policy lists a policy per limiter that decided the request,
+// from the Limit of its Result: q events per w seconds (a period that is not
+// a whole number of seconds is rounded up to one that is, and q scaled down
+// to it). RateLimit reports the most restrictive limiter only: the denying
+// one with the longest RetryAfter, or else the one with the fewest tokens
+// left. r is its Remaining; t is, for a denial, RetryAfter and, otherwise,
+// ResetAfter, in seconds rounded up. A denied request also gets Retry-After
+// with the same delay, rounded up to whole seconds. WithLegacyHeaders adds
+// the X-RateLimit-* headers. Headers a wrapped handler sets afterwards win;
+// nest two Middlewares and the inner one's headers replace the outer's, so
+// give one Middleware every limiter that should show.
+//
+// # Errors
+//
+// A limiter's error other than an invalid cost (a failing Redis, a
+// cancelled context) is passed to WithErrorFunc and then, by default, the
+// middleware fails open: that limiter is left out, from the headers too,
+// and the request goes on. WithFailClosed refuses such requests instead.
+// A cost a limiter can never admit (tierlimit.ErrInvalidCost) denies the
+// request without Retry-After, whatever the error policy: letting it
+// through would make the limit bypassable by cost.
+type Middleware struct {
+	rules   []*rule
+	ip      resolver
+	cost    func(*http.Request) int64
+	shadow  bool
+	legacy  bool
+	denied  http.Handler
+	failed  http.Handler
+	onError func(*http.Request, error)
+}
+
+// New returns a Middleware that asks limiter, and the limiters added with
+// WithLimiter, about every request. It returns an error wrapping
+// tierlimit.ErrInvalidOption for a nil limiter, a nil or bad option, or two
+// limiters with one policy name.
+func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
+	if limiter == nil {
+		return nil, invalid("nil limiter")
+	}
+	cfg := config{name: DefaultPolicy, header: HeaderXForwardedFor, v6bits: DefaultIPv6Prefix}
+	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	m := &Middleware{
+		rules: append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key}}, cfg.extra...),
+		ip: resolver{trusted: cfg.trusted, header: cfg.header,
+			forwarded: cfg.header == HeaderForwarded, v6bits: cfg.v6bits},
+		cost:    cfg.cost,
+		shadow:  cfg.shadow,
+		legacy:  cfg.legacy,
+		denied:  cfg.denied,
+		failed:  cfg.failed,
+		onError: cfg.onError,
+	}
+	seen := make(map[string]bool, len(m.rules))
+	for _, r := range m.rules {
+		if seen[r.name] {
+			return nil, invalid("two limiters named %q", r.name)
+		}
+		seen[r.name] = true
+	}
+	if m.denied == nil {
+		m.denied = http.HandlerFunc(tooMany)
+	}
+	return m, nil
+}
+
+// Handler returns next limited by m. A nil next means
+// http.DefaultServeMux, as for http.Server.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.serve(w, r, next)
+	})
+}
+
+// outcome is one limiter's answer to a request.
+type outcome struct {
+	rule  *rule
+	res   tierlimit.Result
+	never bool // the cost can never be admitted
+}
+
+// maxInline is the number of limiters whose outcomes live on the stack.
+const maxInline = 4
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	n := int64(1)
+	if m.cost != nil {
+		n = m.cost(r)
+	}
+	ip, ipOK := m.ip.clientIP(r)
+	var buf [maxInline]outcome
+	outs := buf[:0]
+	denied, failed := false, false
+	for _, ru := range m.rules {
+		key, ok := ip, ipOK
+		if ru.key != nil {
+			key, ok = ru.key(r, ip)
+		}
+		if !ok || key == "" {
+			continue
+		}
+		if len(key) > tierlimit.MaxKeyLen {
+			key = hashKey(key)
+		}
+		cost := n
+		if denied {
+			cost = 0
+		}
+		res, err := ru.lim.AllowN(r.Context(), key, cost)
+		switch {
+		case err == nil:
+			outs = append(outs, outcome{rule: ru, res: res})
+			denied = denied || !res.Allowed
+		case errors.Is(err, tierlimit.ErrInvalidCost):
+			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
+			outs = append(outs, outcome{rule: ru, never: true})
+			denied = true
+		default:
+			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
+			failed = true
+		}
+	}
+	if failed && m.failed != nil && !m.shadow {
+		m.failed.ServeHTTP(w, r)
+		return
+	}
+	if len(outs) > 0 {
+		m.setHeaders(w.Header(), outs, denied && !m.shadow)
+	}
+	if denied && !m.shadow {
+		m.denied.ServeHTTP(w, r)
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+func (m *Middleware) report(r *http.Request, err error) {
+	if m.onError != nil {
+		m.onError(r, err)
+	}
+}
+
+// hashKey shortens a key longer than tierlimit.MaxKeyLen to its SHA-256.
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// tooMany is the default denied handler.
+func tooMany(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+}
+
+// unavailable is the default handler of WithFailClosed.
+func unavailable(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+}
