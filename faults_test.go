@@ -28,11 +28,31 @@ import (
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
-// hist is a latency histogram with power-of-two buckets: bucket i holds
-// latencies in [2^(i-1), 2^i) ns.
-type hist [64]int64
+// hist is a latency histogram with four buckets per power of two (a
+// quantile is known within 25%): see bucket and top.
+type hist [256]int64
 
-func (h *hist) add(d time.Duration) { h[bits.Len64(uint64(max(d, 0)))]++ }
+// bucket returns the bucket of ns: the position of its leading bit and the
+// two bits after it.
+func bucket(ns uint64) int {
+	if ns < 4 {
+		return int(ns)
+	}
+	b := bits.Len64(ns)
+	return b*4 + int(ns>>(b-3)&3)
+}
+
+// top returns the smallest latency above every one in bucket i (buckets 4
+// to 11 are never used).
+func top(i int) time.Duration {
+	if i < 12 {
+		return time.Duration(min(i+1, 4))
+	}
+	b, sub := i/4, i%4
+	return time.Duration(uint64(5+sub) << (b - 3))
+}
+
+func (h *hist) add(d time.Duration) { h[bucket(uint64(max(d, 0)))]++ }
 
 func (h *hist) merge(o *hist) {
 	for i := range h {
@@ -59,10 +79,29 @@ func (h *hist) quantile(q float64) time.Duration {
 	for i, c := range h {
 		seen += c
 		if seen >= rank {
-			return time.Duration(uint64(1) << i)
+			return top(i)
 		}
 	}
-	return time.Duration(1 << 62)
+	return top(len(h) - 1)
+}
+
+func TestHist(t *testing.T) {
+	for _, ns := range []uint64{0, 1, 3, 4, 5, 7, 8, 1000, 1023, 1024, 1999, 2000, 1 << 40, 1<<62 + 12345} {
+		i := bucket(ns)
+		if lo := top(i - 1); i > 0 && uint64(lo) > ns {
+			t.Errorf("bucket(%d) = %d, whose lower bound %d is above it", ns, i, lo)
+		}
+		if hi := top(i); uint64(hi) <= ns || float64(hi) > 1.25*float64(ns)+1 {
+			t.Errorf("bucket(%d) = %d, top %d: want above it, within 25%%", ns, i, hi)
+		}
+	}
+	var h hist
+	for i := 1; i <= 1000; i++ {
+		h.add(time.Duration(i) * time.Microsecond)
+	}
+	if got := h.quantile(0.99); got < 990*time.Microsecond || got > 1238*time.Microsecond {
+		t.Errorf("p99 of 1..1000 µs = %v, want 990µs to 1.24ms", got)
+	}
 }
 
 // The phases of a kill test, by when a decision started.
@@ -81,7 +120,8 @@ type faultReport struct {
 	Errors      int64
 	Hist        [phases]hist
 	Bins        []int64 // tokens admitted per binWidth since Start
-	FirstRemote int64   // unix ns of the first decision by Redis after KillAt
+	FirstOK     int64   // unix ns at which the first Redis call after KillAt returned without error
+	FirstLease  int64   // the same for the first claim or refill
 	Opened      int64   // unix ns the breaker first opened
 	HeldAtKill  int64
 	Share       tierlimit.Limit // the fallback limit at KillAt
@@ -99,12 +139,25 @@ func faultMember(raw string) int {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: s.Goroutines, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	var opened atomic.Int64
-	obs := &tierlimit.Observer{Breaker: func(c tierlimit.BreakerChange) {
-		if c.To == tierlimit.BreakerOpen {
-			opened.CompareAndSwap(0, time.Now().UnixNano())
-		}
-	}}
+	killAt, restartAt := time.Unix(0, s.KillAt), time.Unix(0, s.RestartAt)
+	var opened, firstOK, firstLease atomic.Int64
+	obs := &tierlimit.Observer{
+		Breaker: func(c tierlimit.BreakerChange) {
+			if c.To == tierlimit.BreakerOpen {
+				opened.CompareAndSwap(0, time.Now().UnixNano())
+			}
+		},
+		// The first Redis call to succeed after the kill: Redis is back
+		// for this instance (the test's own PING may come later).
+		RedisCall: func(c tierlimit.RedisCall) {
+			if now := time.Now(); c.Err == nil && now.After(killAt) {
+				firstOK.CompareAndSwap(0, now.UnixNano())
+				if c.Op == "claim" || c.Op == "refill" {
+					firstLease.CompareAndSwap(0, now.UnixNano())
+				}
+			}
+		},
+	}
 	l, err := hybrid.New(rdb, s.Limit, hybrid.WithPrefix(s.Prefix), hybrid.WithCallBudget(s.Budget),
 		hybrid.WithProbeInterval(s.Probe), hybrid.WithHeartbeat(s.Heartbeat), hybrid.WithObserver(obs))
 	if err != nil {
@@ -113,11 +166,9 @@ func faultMember(raw string) int {
 	}
 	start := time.Unix(0, s.Start)
 	deadline := start.Add(s.Duration)
-	killAt, restartAt := time.Unix(0, s.KillAt), time.Unix(0, s.RestartAt)
 	var rep faultReport
 	var mu sync.Mutex
 	rep.Bins = make([]int64, s.Duration/binWidth+1)
-	rep.FirstRemote = 1 << 62
 	time.AfterFunc(time.Until(killAt), func() {
 		st := l.Stats()
 		mu.Lock()
@@ -133,7 +184,6 @@ func faultMember(raw string) int {
 			var h [phases]hist
 			bins := make([]int64, len(rep.Bins))
 			var errs int64
-			first := int64(1 << 62)
 			for {
 				t0 := time.Now()
 				if !t0.Before(deadline) {
@@ -158,9 +208,6 @@ func faultMember(raw string) int {
 				if r.Allowed {
 					bins[t0.Sub(start)/binWidth]++
 				}
-				if r.Source == tierlimit.SourceRemote && !t0.Before(killAt) {
-					first = min(first, t0.UnixNano())
-				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -171,12 +218,11 @@ func faultMember(raw string) int {
 				rep.Bins[i] += n
 			}
 			rep.Errors += errs
-			rep.FirstRemote = min(rep.FirstRemote, first)
 		}()
 	}
 	wg.Wait()
 	l.Close() // refunds that fail are counted lost; Stats tells
-	rep.Opened, rep.Stats = opened.Load(), l.Stats()
+	rep.Opened, rep.FirstOK, rep.FirstLease, rep.Stats = opened.Load(), firstOK.Load(), firstLease.Load(), l.Stats()
 	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
 		return 2
 	}
@@ -236,25 +282,27 @@ func TestFaultKillAndRestart(t *testing.T) {
 			t.Errorf("member %d: ledger %+v does not balance", i, st)
 		}
 		// Admissions during the outage, from the kill until this member
-		// saw Redis answer again (the test sees that a little later:
+		// saw Redis answer again (the test may see that a little later:
 		// Restart returns after its own PING), against the instance's
 		// fallback share over that time, plus the tokens it held at the
 		// kill and one lease that a refill in flight may have added.
 		back := readyAt
-		if fr := time.Unix(0, r.FirstRemote); fr.Before(back) {
-			back = fr
+		if ok := time.Unix(0, r.FirstOK); r.FirstOK != 0 && ok.Before(back) {
+			back = ok
 		}
 		outage := back.Sub(killAt)
 		var admitted int64
 		for b, n := range r.Bins {
 			at := start.Add(time.Duration(b) * binWidth)
-			if !at.Before(killAt) && at.Before(back) {
+			// Whole bins only: the one in which Redis came back may hold
+			// spending of a fresh lease.
+			if !at.Before(killAt) && !at.Add(binWidth).After(back) {
 				admitted += n
 			}
 		}
 		share := r.Share
 		lease := limit.Capacity() / hybrid.DefaultLeaseShare
-		bound := share.Capacity() + int64(float64(share.Rate)*float64(outage+binWidth)/float64(share.Period)) + r.HeldAtKill + lease
+		bound := share.Capacity() + int64(float64(share.Rate)*float64(outage)/float64(share.Period)) + r.HeldAtKill + lease
 		t.Logf("member %d: outage %v, admitted %d, bound %d (share %v, held %d at the kill, + one lease %d); breaker opened %v after the kill; %d lost; stats %+v",
 			i, outage.Round(time.Millisecond), admitted, bound, share, r.HeldAtKill, lease, time.Duration(r.Opened-killAt.UnixNano()).Round(time.Microsecond), st.Lost, st)
 		if share.Capacity() >= limit.Capacity() {
@@ -268,7 +316,10 @@ func TestFaultKillAndRestart(t *testing.T) {
 		}
 		// Leasing resumes within one probe interval of Redis answering
 		// (plus the budget of a probe that failed just before).
-		resumed := time.Duration(r.FirstRemote - readyAt.UnixNano())
+		if r.FirstLease == 0 {
+			t.Errorf("member %d: no lease claimed after Redis came back", i)
+		}
+		resumed := time.Duration(r.FirstLease - readyAt.UnixNano())
 		t.Logf("member %d: first lease %v after Redis answered again (probe interval %v)", i, resumed.Round(time.Microsecond), probe)
 		if resumed > probe+budget+50*time.Millisecond {
 			t.Errorf("member %d: first lease %v after Redis answered, want within the probe interval %v (+ budget + 50ms)", i, resumed, probe)
@@ -285,9 +336,12 @@ func TestFaultKillAndRestart(t *testing.T) {
 	// microseconds once it is open. Both are timing bars on a shared
 	// 2-core machine: the race detector gets room, and CI's figure is
 	// logged above.
-	slack, openBar := 5*time.Millisecond, 2048*time.Nanosecond
+	// Under the race detector, with three processes on two cores, only
+	// "no decision waits on Redis while the breaker is open" is asserted:
+	// a p99 under one budget.
+	slack, openBar := 5*time.Millisecond, 2*time.Microsecond
 	if raceEnabled {
-		slack, openBar = 50*time.Millisecond, 64*time.Microsecond
+		slack, openBar = 50*time.Millisecond, budget
 	}
 	if p99 := worst[phaseFailing].quantile(0.99); p99 > budget+slack {
 		t.Errorf("p99 before the breaker opened = %v, want <= budget %v (+%v)", p99, budget, slack)

@@ -1,7 +1,9 @@
 package hybrid
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,21 +106,30 @@ func (b *breaker) current() tierlimit.BreakerState {
 // call makes one round trip to Redis, op, through the breaker: it counts it
 // in Stats and returns what to report to the observer (see report), or
 // errUnavailable without calling f while the breaker holds calls back.
-func (l *Limiter) call(op string, f func() error) (tierlimit.RedisCall, error) {
+//
+// The breaker learns that the call failed once timeout has passed, even if
+// f is still running: the client may be retrying dials with its own backoff
+// (go-redis: DialerRetries × DialerRetryTimeout, 500 ms by default), and a
+// breaker that waited for it would open, and heal, that much later.
+func (l *Limiter) call(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
 	done, err := l.brk.allow()
 	if err != nil {
 		return tierlimit.RedisCall{}, err
 	}
+	var once sync.Once
+	settle := func(err error) { once.Do(func() { done(err) }) }
+	late := time.AfterFunc(timeout, func() { settle(context.DeadlineExceeded) })
 	var start time.Time
 	if l.onCall != nil {
 		start = time.Now()
 	}
 	err = f()
+	late.Stop()
+	settle(err)
 	l.stats.redisCalls.Add(1)
 	if err != nil {
 		l.stats.redisErrors.Add(1)
 	}
-	done(err)
 	if l.onCall == nil {
 		return tierlimit.RedisCall{}, err
 	}

@@ -78,7 +78,7 @@ func (l *Limiter) beat(leave bool) error {
 	}
 	ttl := (3 * l.cfg.heartbeat).Milliseconds()
 	var n int64
-	ev, err := l.call("heartbeat", func() error {
+	ev, err := l.call("heartbeat", l.cfg.callBudget, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
 		defer cancel()
 		var err error

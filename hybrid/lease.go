@@ -192,7 +192,7 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	want := l.size(e, lo, now)
 	var granted int64
 	var res tierlimit.Result
-	ev, err := l.call("claim", func() error {
+	ev, err := l.call("claim", l.cfg.callBudget, func() error {
 		cctx, cancel := l.budget(ctx)
 		defer cancel()
 		var err error
@@ -267,7 +267,7 @@ func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
 // peek answers n == 0: what the lease and Redis hold, charging nothing.
 func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error) {
 	var res tierlimit.Result
-	ev, err := l.call("peek", func() error {
+	ev, err := l.call("peek", l.cfg.callBudget, func() error {
 		cctx, cancel := l.budget(ctx)
 		defer cancel()
 		var err error
@@ -457,7 +457,7 @@ func (l *Limiter) refillAll(batch []*entry) {
 		return
 	}
 	var grants []remote.Grant
-	ev, _ = l.call("refill", func() error {
+	ev, _ = l.call("refill", l.cfg.callBudget, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
 		defer cancel()
 		grants = l.bucket.LeaseBatch(ctx, keys, claims)

@@ -52,8 +52,9 @@ func (l *Limiter) refund(refunds []remote.Refund) error {
 		batch := refunds[:min(len(refunds), refundBatch)]
 		refunds = refunds[len(batch):]
 		failed := batch // all, unless the call is made
-		ev, err := l.call("refund", func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*l.cfg.callBudget+time.Second)
+		timeout := 4*l.cfg.callBudget + time.Second // a batch of 512 may take longer than one call
+		ev, err := l.call("refund", timeout, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			var err error
 			failed, err = l.bucket.Refund(ctx, batch...)
