@@ -59,7 +59,7 @@ func nsChart(res *results, path string) error {
 		p.X.Label.Text = "ns/op, log scale (lower is faster)"
 		panels = append(panels, p)
 	}
-	panels[1].HideY()
+	panels[1].Legend = plot.NewLegend() // one legend is enough
 	return save(path, panels, len(res.rows))
 }
 
@@ -88,10 +88,10 @@ func tripsChart(res *results, path string) error {
 			return err
 		}
 		p.Title.Text = fmt.Sprintf("%s: Redis round trips (median of %s runs)", mode, runs(lo, hi))
-		p.X.Label.Text = "round trips per 1000 decisions, log scale; 0 drawn at the left edge"
+		p.X.Label.Text = "per 1000 decisions, log scale (0: left edge)"
 		panels = append(panels, p)
 	}
-	panels[1].HideY()
+	panels[1].Legend = plot.NewLegend()
 	return save(path, panels, len(rows))
 }
 
@@ -130,7 +130,7 @@ func dotPlot(res *results, rows []contender, mode string, value func(cell) (floa
 		return nil, fmt.Errorf("%s: no positive value to plot", mode)
 	}
 	floor := math.Pow(10, math.Floor(math.Log10(minPos)-0.3))
-	p.X.Min, p.X.Max = floor, math.Pow(10, math.Ceil(math.Log10(maxV)+0.05))
+	p.X.Min, p.X.Max = floor, 2*maxV
 
 	n := len(rows)
 	labels := make([]string, n)
@@ -188,15 +188,14 @@ func dotPlot(res *results, rows []contender, mode string, value func(cell) (floa
 	return p, nil
 }
 
-// save draws panels side by side, their axes aligned, into a PNG at path.
+// save draws panels side by side into a PNG at path.
 func save(path string, panels []*plot.Plot, rows int) error {
 	h := chartExtra + vg.Length(rows)*rowHeight
 	img := vgimg.NewWith(vgimg.UseWH(chartWidth, h), vgimg.UseDPI(dpi), vgimg.UseBackgroundColor(color.White))
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Points(14), PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(10)}
-	canvases := plot.Align([][]*plot.Plot{panels}, tiles, dc)
 	for i, p := range panels {
-		p.Draw(canvases[0][i])
+		p.Draw(tiles.At(dc, i, 0))
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -209,16 +208,22 @@ func save(path string, panels []*plot.Plot, rows int) error {
 	return f.Close()
 }
 
-// plainLogTicks are plot.LogTicks labelled without exponents (1000000,
-// not 1e+06), with a thin space between thousands.
+// plainLogTicks are plot.LogTicks with only powers of ten labelled, without
+// exponents (1000000, not 1e+06) and with a thin space between thousands.
 type plainLogTicks struct{}
 
 func (plainLogTicks) Ticks(lo, hi float64) []plot.Tick {
-	ticks := plot.LogTicks{Prec: -1}.Ticks(lo, hi)
-	for i, t := range ticks {
-		if t.Label != "" {
-			ticks[i].Label = group(strconv.FormatFloat(t.Value, 'f', -1, 64))
+	var ticks []plot.Tick
+	for _, t := range (plot.LogTicks{Prec: -1}).Ticks(lo, hi) {
+		if t.Value < lo || t.Value > hi {
+			continue // a label past the axis would take room from the data
 		}
+		if e := math.Log10(t.Value); t.Label != "" && math.Abs(e-math.Round(e)) < 1e-9 {
+			t.Label = group(strconv.FormatFloat(t.Value, 'f', -1, 64))
+		} else {
+			t.Label = "" // only powers of ten are labelled
+		}
+		ticks = append(ticks, t)
 	}
 	return ticks
 }

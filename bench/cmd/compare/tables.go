@@ -19,6 +19,14 @@ var tables = []table{
 	{"ns/op (median; in the parallel columns, wall time per decision of all goroutines together)", func(r *results, c cell) string {
 		return num(r.median(c, "ns/op"))
 	}},
+	{"ns/op spread: (slowest − fastest sample) ÷ median, for judging the ratios", func(r *results, c cell) string {
+		vs := r.values[c]["ns/op"]
+		m, ok := median(vs)
+		if !ok || m == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f%%", 100*(slices.Max(vs)-slices.Min(vs))/m)
+	}},
 	{"ns/op ÷ x/time/rate in a sync.Map (" + xrateBase + "), same scenario and mode", func(r *results, c cell) string {
 		return ratio(r, c, xrateBase)
 	}},
