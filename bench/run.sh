@@ -21,8 +21,8 @@
 # for which cmd/ratio prints the ratios (RESULTS.md was made with
 # BENCH='BenchmarkRemote|BenchmarkHotKey|BenchmarkZipf10k' BENCHTIME=1s).
 #
-# COUNT (default 5) is passed to -count and BENCHTIME (default 0.5s) to
-# -benchtime: with the defaults BenchmarkCompare takes about 10 minutes on 2
+# COUNT (default 5) is passed to -count and BENCHTIME (default 1s) to
+# -benchtime: with the defaults BenchmarkCompare takes about 8 minutes on 2
 # cores. Run nothing else heavy meanwhile.
 set -euo pipefail
 
@@ -32,7 +32,7 @@ BENCH=${BENCH:-BenchmarkCompare}
 out=results/${OUT:-all.txt}
 mkdir -p results
 
-go test -run '^$' -bench "$BENCH" -benchmem -benchtime="${BENCHTIME:-0.5s}" \
+go test -run '^$' -bench "$BENCH" -benchmem -benchtime="${BENCHTIME:-1s}" \
 	-count="${COUNT:-5}" -timeout 60m ./... |
 	tee "$out"
 
