@@ -3,8 +3,13 @@
 -- is allowed when the entries of the last period plus its cost fit the rate.
 --
 -- KEYS[2i-1] sorted set of limit i: member "seq:cost", score = µs admitted
--- KEYS[2i]   string "sum:seq:last" of limit i: sum = total cost in the set,
---            seq = last member id, last = µs of the newest entry
+-- KEYS[2i]   string "sum:seq:last:first:fcost" of limit i: sum = total cost
+--            in the set, seq = last member id, last = µs of the newest
+--            entry, first and fcost = µs and cost of the oldest entry (the
+--            set's first by rank). Knowing the oldest entry, a call whose
+--            window has dropped nothing, and a denial that the oldest
+--            entry's leaving settles, touch no sorted set. (A state written
+--            without first:fcost is read too: they are then looked up.)
 -- ARGV[1]    client clock in µs, or 0 for TIME
 -- ARGV[2]    n: cost (0 peeks)
 -- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per period)
@@ -13,41 +18,81 @@
 -- retry_us is when enough of the oldest entries leave the window for the
 -- request to fit: exact.
 -- Memory is one entry per admitted request: O(rate) per key.
--- Invariants: sum = Σ cost of the set's entries <= rate; a denied call only
--- drops expired entries; both keys expire when the newest entry leaves the window.
+-- Invariants: sum = Σ cost of the set's entries <= rate; first:fcost is the
+-- set's first entry (0:0 when empty); a denied call only drops expired
+-- entries; both keys expire when the newest entry leaves the window.
 local now = now_us()
 local cost = tonumber(ARGV[2])
+
+-- One limit, denied by entries all still in the window, the oldest of which
+-- settles the wait: the common denial, answered from the state string alone
+-- (the general path below gives the same reply).
+if #KEYS == 2 then
+  local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local v = redis.call('GET', KEYS[2])
+  if v then
+    local a1, _, a3, a4, a5 = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if a5 then
+      local s, l, f, fc = tonumber(a1), tonumber(a3), tonumber(a4), tonumber(a5)
+      local need = s + cost - rate
+      if s > 0 and f + p > now and need > 0 and fc >= need then
+        return {0, 0, rate - s, f + p - now, l + p - now}
+      end
+    end
+  end
+end
+
 local n = #KEYS / 2
-local sum, seq, last, p, rate = {}, {}, {}, {}, {}
+local sum, seq, last, first, fcost, p, rate = {}, {}, {}, {}, {}, {}, {}
 local allowed = 1
 
 -- save writes limit i's state; both keys live until its newest entry leaves
 -- the window.
 local function save(i)
   local ttl = last[i] + p[i] - now
-  put(KEYS[2 * i], str(sum[i]) .. ':' .. str(seq[i]) .. ':' .. str(last[i]), ttl)
+  put(KEYS[2 * i], str(sum[i]) .. ':' .. str(seq[i]) .. ':' .. str(last[i]) .. ':' ..
+    str(first[i]) .. ':' .. str(fcost[i]), ttl)
   expire_us(KEYS[2 * i - 1], ttl)
+end
+
+-- oldest looks up the first entry of limit i's set.
+local function oldest(i)
+  local e = redis.call('ZRANGE', KEYS[2 * i - 1], 0, 0, 'WITHSCORES')
+  if #e == 0 then
+    first[i], fcost[i] = 0, 0
+  else
+    first[i], fcost[i] = tonumber(e[2]), tonumber(string.match(e[1], ':(%d+)$'))
+  end
 end
 
 for i = 1, n do
   local a = 2 + (i - 1) * 2
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local zs, hs = KEYS[2 * i - 1], KEYS[2 * i]
-  local st = fields(redis.call('GET', hs)) or {}
-  sum[i], seq[i], last[i] = st[1] or 0, st[2] or 0, st[3] or 0
-  if sum[i] > 0 and last[i] + p[i] <= now then
+  local s, q, l, f, fc = 0, 0, 0, 0, 0
+  local v = redis.call('GET', hs)
+  if v then
+    local a1, a2, a3, a4, a5 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*)$')
+    s, q, l, f, fc = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
+  end
+  sum[i], seq[i], last[i], first[i], fcost[i] = s, q, l, f, fc
+  if s > 0 and l + p[i] <= now then
     -- Every entry has left the window.
     redis.call('DEL', zs, hs)
-    sum[i], seq[i] = 0, 0
-  elseif sum[i] > 0 then
+    sum[i], seq[i], first[i], fcost[i] = 0, 0, 0, 0
+  elseif s > 0 and (f == nil or f + p[i] <= now) then
+    -- The oldest entries have left the window (or the oldest is unknown).
     local old = redis.call('ZRANGEBYSCORE', zs, '-inf', str(now - p[i]))
     if #old > 0 then
       for _, m in ipairs(old) do
         sum[i] = sum[i] - tonumber(string.match(m, ':(%d+)$'))
       end
       redis.call('ZREMRANGEBYSCORE', zs, '-inf', str(now - p[i]))
-      save(i)
     end
+    oldest(i)
+    save(i)
+  elseif s == 0 then
+    first[i], fcost[i] = 0, 0
   end
   if sum[i] + cost > rate[i] then allowed = 0 end
 end
@@ -59,24 +104,30 @@ for i = 1, n do
   if allowed == 1 and cost > 0 then
     seq[i] = seq[i] + 1
     redis.call('ZADD', zs, str(now), str(seq[i]) .. ':' .. str(cost))
+    if sum[i] == 0 then first[i], fcost[i] = now, cost end
     sum[i], last[i] = sum[i] + cost, now
     save(i)
   elseif allowed == 0 and sum[i] + cost > rate[i] then
-    -- Walk the oldest entries, in growing batches, until enough cost has
-    -- left the window (usually the first entry does).
     local need = sum[i] + cost - rate[i]
-    local from, size = 0, 1
-    while need > 0 do
-      local entries = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
-      if #entries == 0 then break end
-      for j = 1, #entries, 2 do
-        need = need - tonumber(string.match(entries[j], ':(%d+)$'))
-        if need <= 0 then
-          retry = tonumber(entries[j + 1]) + p[i] - now
-          break
+    if fcost[i] >= need then
+      -- Usually the oldest entry's leaving makes room.
+      retry = first[i] + p[i] - now
+    else
+      -- Walk the oldest entries, in growing batches, until enough cost
+      -- has left the window.
+      local from, size = 0, 4
+      while need > 0 do
+        local entries = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
+        if #entries == 0 then break end
+        for j = 1, #entries, 2 do
+          need = need - tonumber(string.match(entries[j], ':(%d+)$'))
+          if need <= 0 then
+            retry = tonumber(entries[j + 1]) + p[i] - now
+            break
+          end
         end
+        from, size = from + size, size * 4
       end
-      from, size = from + size, size * 4
     end
   end
   local reset = 0

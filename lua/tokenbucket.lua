@@ -25,6 +25,49 @@
 -- (when it expires the bucket is full, which is what an absent key means).
 local now = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- One limit and no refund marker: the common call, straight-line (no
+-- tables, no loops; a third less server time than the general path below,
+-- which it must agree with: remote's TestTokenBucketPathsAgree).
+if #ARGV == 7 and #KEYS == 1 then
+  local unit, per, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local s, ts = cap, now
+  local v = redis.call('GET', KEYS[1])
+  if v then
+    local x, y = string.match(v, '^(%d+):(%d+)$')
+    s, ts = tonumber(x), tonumber(y)
+    local e = now - ts
+    if e > 0 then
+      s = s + e * per -- beyond 2^53 only when far above cap: capped exactly
+      if s > cap then s = cap end
+    elseif ts > now then
+      now = ts -- a server clock that stepped back must not refill twice
+    end
+  end
+  if refund > 0 then
+    s = s + refund * unit
+    if s > cap then s = cap end
+  end
+  local avail = idiv(s, unit)
+  local grant = want
+  if avail < grant then grant = avail end
+  if grant < min then
+    if refund > 0 then
+      if s >= cap then redis.call('DEL', KEYS[1]) else
+        redis.call('SET', KEYS[1], string.format('%d:%d', s, now), 'PX', ttl_ms(cdiv(cap - s, per))) end
+    end
+    return {0, 0, avail, cdiv(min * unit - s, per), cdiv(cap - s, per)}
+  end
+  s = s - grant * unit
+  local reset = cdiv(cap - s, per)
+  if grant > 0 or refund > 0 then
+    if s >= cap then redis.call('DEL', KEYS[1]) else
+      redis.call('SET', KEYS[1], string.format('%d:%d', s, now), 'PX', ttl_ms(reset)) end
+  end
+  return {1, grant, idiv(s, unit), 0, reset}
+end
+
+-- The general path: several limits, or an idempotent refund.
 local n = (#ARGV - 4) / 3
 if refund > 0 and KEYS[n + 1] and not redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', 30000) then
   refund = 0 -- this refund ran already
