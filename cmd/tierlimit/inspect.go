@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+const inspectSynopsis = `
+Usage: tierlimit inspect [-redis URL] [-prefix P] [-rate N -period D -burst N] KEY
+
+Shows the state KEY has in Redis, for operators: every Redis key of ours
+that exists for it, under any algorithm and limit, with its algorithm, its
+value decoded and its TTL. It finds them with SCAN for keys carrying KEY's
+hash tag, which walks the whole keyspace in batches: it never blocks Redis,
+but takes a while on a large one. With -rate (and -period, -burst as the
+limiter was built), it also tells which keys were written under that limit
+and how many tokens or events they have left now. Times are the Redis
+server's. A single Redis only, not a Cluster.
+`
+
+// inspectConfig is inspect's command line.
+type inspectConfig struct {
+	url    string
+	prefix string
+	key    string
+	limit  *tierlimit.Limit // nil: not given
+}
+
+// scanBatch is SCAN's COUNT: keys Redis looks at per call.
+const scanBatch = 1000
+
+func parseInspect(args []string, stdout io.Writer) (inspectConfig, error) {
+	c := inspectConfig{}
+	fs := newFlags("inspect")
+	fs.StringVar(&c.url, "redis", "redis://127.0.0.1:6379/0", "Redis `URL`")
+	fs.StringVar(&c.prefix, "prefix", remote.DefaultPrefix, "key prefix the limiters were built with")
+	rate := fs.Int64("rate", 0, "limit the key was limited with: events per period (0: unknown, decode raw state only)")
+	period := fs.Duration("period", time.Second, "limit: the period (with -rate)")
+	burst := fs.Int64("burst", 0, "limit: bucket capacity, 0 for the rate (with -rate)")
+	if err := parseFlags(fs, args, inspectSynopsis, stdout); err != nil {
+		return c, err
+	}
+	// Flags may also follow the key.
+	if fs.NArg() > 0 {
+		c.key = fs.Arg(0)
+		if err := parseFlags(fs, fs.Args()[1:], inspectSynopsis, stdout); err != nil {
+			return c, err
+		}
+	}
+	switch {
+	case c.key == "":
+		return c, usagef("missing KEY")
+	case fs.NArg() > 0:
+		return c, usagef("one KEY only, got another: %q", fs.Arg(0))
+	case tierlimit.CheckKey(c.key) != nil:
+		return c, usagef("KEY: %v", tierlimit.CheckKey(c.key))
+	}
+	if *rate != 0 {
+		l := tierlimit.Limit{Rate: *rate, Period: *period, Burst: *burst}
+		if err := l.Validate(); err != nil {
+			return c, usagef("-rate, -period, -burst: %v", err)
+		}
+		c.limit = &l
+	}
+	if _, err := tagOf(c.prefix, c.key); err != nil {
+		return c, usagef("-prefix %q: %v", c.prefix, err)
+	}
+	return c, nil
+}
+
+func inspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	c, err := parseInspect(args, stdout)
+	if err != nil {
+		return err
+	}
+	base, err := parseRedisURL(c.url)
+	if err != nil {
+		return err
+	}
+	quietRedis()
+	srv := &server{base: base, name: fmt.Sprintf("redis://%s/%d", base.Addr, base.DB)}
+	if err := srv.ping(ctx); err != nil {
+		return err
+	}
+	o := *base
+	o.DialTimeout, o.ReadTimeout, o.MaxRetries = time.Second, 5*time.Second, 1
+	rdb := redis.NewClient(&o)
+	defer rdb.Close()
+	keys, err := findKeys(ctx, rdb, c.prefix, c.key)
+	if err != nil {
+		return err
+	}
+	tag, _ := tagOf(c.prefix, c.key)
+	if len(keys) == 0 {
+		fmt.Fprintf(stdout, "%q: no keys under prefix %q with tag {%s} on %s: never limited, or its state expired (an absent key is a full bucket, an empty window).\n",
+			c.key, c.prefix, tag, srv.name)
+		return nil
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("redis TIME: %w", err)
+	}
+	fmt.Fprintf(stdout, "%q: %d key(s) under prefix %q with tag {%s} on %s\n", c.key, len(keys), c.prefix, tag, srv.name)
+	for _, k := range keys {
+		st, err := readKey(ctx, rdb, k, now.UnixMicro())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		st.print(stdout, c)
+	}
+	return nil
+}
+
+// findKeys returns the keys of ours for key, sorted.
+func findKeys(ctx context.Context, rdb *redis.Client, prefix, key string) ([]keyName, error) {
+	tag, err := tagOf(prefix, key)
+	if err != nil {
+		return nil, err
+	}
+	match := globEscape(prefix) + "*:{" + tag + "}:*"
+	var found []keyName
+	iter := rdb.Scan(ctx, 0, match, scanBatch).Iterator()
+	for iter.Next(ctx) {
+		if k, ok := parseKeyName(iter.Val(), prefix, key); ok && k.tag == tag {
+			found = append(found, k)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("redis SCAN: %w", err)
+	}
+	slices.SortFunc(found, func(a, b keyName) int { return strings.Compare(a.full, b.full) })
+	return found, nil
+}
+
+// keyState is what Redis holds in one key.
+type keyState struct {
+	name    keyName
+	typ     string
+	ttl     time.Duration // -1: no TTL (never written so by this library); -2: gone
+	value   string        // strings
+	entries []redis.Z     // sorted sets, oldest first
+	now     int64         // server clock, µs
+}
+
+func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyState, error) {
+	st := keyState{name: k, now: now}
+	var typ *redis.StatusCmd
+	var ttl *redis.DurationCmd
+	var val *redis.StringCmd
+	var zs *redis.ZSliceCmd
+	// GET fails on a sorted set and ZRANGE on a string: the error that
+	// counts is the one of the command that fits the type.
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		typ, ttl = p.Type(ctx, k.full), p.PTTL(ctx, k.full)
+		val, zs = p.Get(ctx, k.full), p.ZRangeWithScores(ctx, k.full, 0, -1)
+		return nil
+	})
+	var err error
+	st.typ, st.ttl = typ.Val(), ttl.Val()
+	switch {
+	case typ.Err() != nil:
+		err = typ.Err()
+	case ttl.Err() != nil:
+		err = ttl.Err()
+	case st.typ == "string":
+		st.value, err = val.Result()
+	case st.typ == "zset":
+		st.entries, err = zs.Result()
+	}
+	if err != nil {
+		return st, fmt.Errorf("redis: read %q: %w", k.full, err)
+	}
+	return st, nil
+}
+
+// fields splits a "a:b:c" value into n integers.
+func fields(v string, n int) ([]int64, bool) {
+	parts := strings.Split(v, ":")
+	if len(parts) != n {
+		return nil, false
+	}
+	out := make([]int64, n)
+	for i, p := range parts {
+		x, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		out[i] = x
+	}
+	return out, true
+}
+
+// ago formats the server-clock instant at (µs) relative to now.
+func (st keyState) ago(at int64) string {
+	d := time.Duration(st.now-at) * time.Microsecond
+	if d < 0 {
+		return "in " + (-d).Round(time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String() + " ago"
+}
+
+func (st keyState) print(w io.Writer, c inspectConfig) {
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "  %-10s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintf(w, "%s\n", strconv.Quote(st.name.full))
+	alg, known := algorithmNamed(st.name.alg)
+	title := alg.title
+	if !known {
+		title = "unknown to this version of tierlimit"
+	}
+	line("algorithm", "%s: %s", st.name.alg, title)
+	limit := st.matching(c)
+	switch {
+	case limit != nil:
+		line("config", "%s: written under the limit %v", st.name.config, *limit)
+	case c.limit != nil:
+		line("config", "%s: written under another limit than %v", st.name.config, *c.limit)
+	default:
+		line("config", "%s (a hash of the limit; give -rate, -period, -burst to decode against one)", st.name.config)
+	}
+	switch st.ttl {
+	case -2:
+		line("ttl", "none: the key expired a moment ago")
+		return
+	case -1:
+		line("ttl", "NONE: every key this library writes has a TTL; this one was written by something else")
+	default:
+		line("ttl", "%v", st.ttl)
+	}
+	if st.typ == "zset" {
+		st.printLog(line, limit)
+		return
+	}
+	line("value", "%q", st.value)
+	st.decode(line, limit)
+}
+
+// matching returns the -rate limit when it is the one st was written under.
+func (st keyState) matching(c inspectConfig) *tierlimit.Limit {
+	alg, ok := algorithmNamed(st.name.alg)
+	if c.limit == nil || !ok {
+		return nil
+	}
+	keys, err := keysOf(alg, *c.limit, c.prefix, c.key)
+	if err != nil {
+		return nil // e.g. a burst on a window algorithm: not this limit
+	}
+	for _, k := range keys {
+		if k == st.name.full {
+			return c.limit
+		}
+	}
+	return nil
+}
+
+// decode explains a string value; limit, when known, turns it into what is
+// left now.
+func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Limit) {
+	bad := func() { line("state", "not in the format of %s (docs/operations.md)", st.name.alg) }
+	switch st.name.alg {
+	case "tb":
+		f, ok := fields(st.value, 2)
+		if !ok {
+			bad()
+			return
+		}
+		line("state", "level %d units, written %s", f[0], st.ago(f[1]))
+		if limit != nil {
+			unit, per := limit.Scale()
+			level := min(limit.Capacity()*unit, f[0]+max(0, st.now-f[1])*per)
+			line("now", "%.2f of %d tokens, refilled since", float64(level)/float64(unit), limit.Capacity())
+		}
+	case "gcra":
+		f, ok := fields(st.value, 1)
+		if !ok {
+			bad()
+			return
+		}
+		line("state", "theoretical arrival time %s", st.ago(f[0]))
+		if limit != nil {
+			t := (limit.PeriodMicros() + limit.Rate - 1) / limit.Rate
+			used := max(f[0], st.now) - st.now
+			left := min(limit.Capacity(), max(0, (limit.Capacity()*t-used)/t))
+			line("now", "%d of %d tokens", left, limit.Capacity())
+		}
+	case "fw":
+		f, ok := fields(st.value, 2)
+		if !ok {
+			bad()
+			return
+		}
+		line("state", "window #%d, count %d", f[0], f[1])
+		if limit != nil {
+			p := limit.PeriodMicros()
+			if st.now/p == f[0] {
+				line("now", "%d of %d left, the window ends in %v", limit.Rate-f[1], limit.Rate, micros((f[0]+1)*p-st.now))
+			} else {
+				line("now", "%d of %d left: the window has ended", limit.Rate, limit.Rate)
+			}
+		}
+	case "aw":
+		f, ok := fields(st.value, 2)
+		if !ok {
+			bad()
+			return
+		}
+		line("state", "window opened %s, count %d", st.ago(f[0]), f[1])
+		if limit != nil {
+			if end := f[0] + limit.PeriodMicros(); end > st.now {
+				line("now", "%d of %d left, the window ends in %v", limit.Rate-f[1], limit.Rate, micros(end-st.now))
+			} else {
+				line("now", "%d of %d left: the window has ended", limit.Rate, limit.Rate)
+			}
+		}
+	case "sw":
+		f, ok := fields(st.value, 3)
+		if !ok {
+			bad()
+			return
+		}
+		line("state", "window #%d: count %d; the window before it: count %d", f[0], f[1], f[2])
+	case "sl":
+		f, ok := fields(st.value, 3)
+		if !ok {
+			bad()
+			return
+		}
+		line("state", "log totals: cost %d, last entry #%d admitted %s", f[0], f[1], st.ago(f[2]))
+	default:
+		line("state", "unknown algorithm: raw value only")
+	}
+}
+
+// printLog explains the sliding log's sorted set: entries "seq:cost"
+// scored by the µs they were admitted.
+func (st keyState) printLog(line func(string, string, ...any), limit *tierlimit.Limit) {
+	if len(st.entries) == 0 {
+		line("entries", "none")
+		return
+	}
+	first, last := st.entries[0], st.entries[len(st.entries)-1]
+	line("entries", "%d, admitted from %s to %s", len(st.entries), st.ago(int64(first.Score)), st.ago(int64(last.Score)))
+	if limit == nil {
+		return
+	}
+	var inWindow int64
+	for _, e := range st.entries {
+		m, _ := e.Member.(string)
+		_, cost, _ := strings.Cut(m, ":")
+		if n, err := strconv.ParseInt(cost, 10, 64); err == nil && int64(e.Score) > st.now-limit.PeriodMicros() {
+			inWindow += n
+		}
+	}
+	line("now", "%d of %d left in the last %v", max(0, limit.Rate-inWindow), limit.Rate, limit.Period)
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// startRedis starts an embedded Redis whose clock stands still, so that
+// what inspect reads is exact.
+func startRedis(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	m.SetTime(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return m, rdb
+}
+
+func TestInspect(t *testing.T) {
+	m, rdb := startRedis(t)
+	ctx := context.Background()
+	const key = "user:{42}:x" // braces and colons: the tag is ours, not the key's
+	limit := tierlimit.PerSecond(10)
+	spend := map[string]int64{"tb": 3, "gcra": 2, "fw": 4, "aw": 1, "sl": 2, "sw": 5}
+	for _, a := range algorithms {
+		lim, err := a.build(rdb, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.AllowN(ctx, key, spend[a.name]); err != nil {
+			t.Fatalf("%s: %v", a.name, err)
+		}
+	}
+	// Keys inspect must not show: another user key, another prefix.
+	other, _ := remote.NewTokenBucket(rdb, limit)
+	otherPrefix, _ := remote.NewTokenBucket(rdb, limit, remote.WithPrefix("elsewhere:"))
+	for _, l := range []*remote.TokenBucket{other, otherPrefix} {
+		k := key
+		if l == other {
+			k = "user:{42}:y"
+		}
+		if _, err := l.AllowN(ctx, k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := "redis://" + m.Addr() + "/0"
+
+	code, stdout, stderr := runCmd(t, "inspect", "-redis", url, "-rate", "10", key)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("inspect = %d, stderr %q", code, stderr)
+	}
+	if !strings.HasPrefix(stdout, strconv.Quote(key)+": 7 key(s) under prefix \"tierlimit:\"") {
+		t.Errorf("inspect: want 7 keys (sliding log has two):\n%s", stdout)
+	}
+	for _, a := range algorithms {
+		names, err := keysOf(a, limit, remote.DefaultPrefix, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if !strings.Contains(stdout, strconv.Quote(n)+"\n") {
+				t.Errorf("inspect lacks key %q:\n%s", n, stdout)
+			}
+		}
+	}
+	for _, want := range []string{
+		`now        7\.00 of 10 tokens, refilled since`,  // tb: the clock stands still
+		`now        8 of 10 tokens`,                      // gcra
+		`now        6 of 10 left, the window ends in`,    // fw
+		`now        9 of 10 left, the window ends in 1s`, // aw
+		`now        8 of 10 left in the last 1s`,         // sl
+		`state      window #\d+: count 5; the window before it: count 0`,
+		`algorithm  tb: token bucket`,
+	} {
+		if !regexp.MustCompile(want).MatchString(stdout) {
+			t.Errorf("inspect output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if n := strings.Count(stdout, "written under the limit 10/1s"); n != 7 {
+		t.Errorf("%d keys written under 10/1s, want 7:\n%s", n, stdout)
+	}
+	if strings.Contains(stdout, "user:{42}:y") || strings.Contains(stdout, "elsewhere:") || strings.Contains(stdout, "NONE") {
+		t.Errorf("inspect shows another key, another prefix's, or a key without TTL:\n%s", stdout)
+	}
+
+	_, stdout, _ = runCmd(t, "inspect", key, "-rate", "20", "-redis", url) // flags after the key
+	if n := strings.Count(stdout, "written under another limit than 20/1s"); n != 7 {
+		t.Errorf("%d keys not written under 20/1s, want 7:\n%s", n, stdout)
+	}
+	_, stdout, _ = runCmd(t, "inspect", "-redis", url, "-prefix", "elsewhere:", key)
+	if !strings.Contains(stdout, ": 1 key(s)") || !strings.Contains(stdout, "a hash of the limit") {
+		t.Errorf("inspect -prefix elsewhere: want its one key, undecoded:\n%s", stdout)
+	}
+	code, stdout, _ = runCmd(t, "inspect", "-redis", url, "nobody")
+	if code != exitOK || !strings.Contains(stdout, `"nobody": no keys under prefix "tierlimit:"`) {
+		t.Errorf("inspect nobody = %d:\n%s", code, stdout)
+	}
+}
+
+func TestParseKeyName(t *testing.T) {
+	for _, tc := range []struct {
+		full, key string
+		ok        bool
+		alg, sfx  string
+	}{
+		{"p:tb:abc:{0011223344556677}:k", "k", true, "tb", ""},
+		{"p:sl:abc:{0011223344556677}:k:z", "k", true, "sl", ":z"},
+		{"p:sl:abc:{0011223344556677}:k:z:h", "k:z", true, "sl", ":h"},
+		{"p:tb:abc:{0011223344556677}:k:z", "k", false, "", ""},
+		{"p:tb:abc:{0011223344556677}:a}:b", "a}:b", true, "tb", ""},
+		{"q:tb:abc:{0011223344556677}:k", "k", false, "", ""},
+		{"p:tb:abc:0011223344556677:k", "k", false, "", ""},
+	} {
+		k, ok := parseKeyName(tc.full, "p:", tc.key)
+		if ok != tc.ok || k.alg != tc.alg || k.suffix != tc.sfx {
+			t.Errorf("parseKeyName(%q, %q) = %+v, %v; want alg %q suffix %q, %v", tc.full, tc.key, k, ok, tc.alg, tc.sfx, tc.ok)
+		}
+	}
+	if got := globEscape(`a*b?[c]\`); got != `a\*b\?\[c\]\\` {
+		t.Errorf("globEscape = %q", got)
+	}
+}
