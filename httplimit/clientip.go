@@ -23,6 +23,11 @@ type resolver struct {
 // the header cannot be trusted. A RemoteAddr that is not an address (a Unix
 // socket, say) is the key as it is; an empty one gives "", false.
 func (rs *resolver) clientIP(r *http.Request) (string, bool) {
+	if len(rs.trusted) == 0 {
+		if host, ok := plainIPv4(r.RemoteAddr); ok {
+			return host, true
+		}
+	}
 	peer, text, ok := parseRemote(r.RemoteAddr)
 	if !ok {
 		return r.RemoteAddr, r.RemoteAddr != ""
@@ -153,6 +158,29 @@ func (rs *resolver) walkForwarded(lines []string) (netip.Addr, string, bool) {
 		}
 	}
 	return last, lastText, last.IsValid()
+}
+
+// plainIPv4 returns the host of a RemoteAddr "a.b.c.d:port" without
+// parsing it, when that is all it can be: four groups of digits, as
+// net/http writes an IPv4 peer (a RemoteAddr made by hand with, say, an
+// octet above 255 is then a key as it is, as any unparsable RemoteAddr
+// is). Parsing was a tenth of the middleware's time; whatever is not
+// plainly IPv4 is left to parseRemote.
+func plainIPv4(s string) (string, bool) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 7 || i > 15 || !isPort(s[i+1:]) {
+		return "", false
+	}
+	dots := 0
+	for j := 0; j < i; j++ {
+		switch c := s[j]; {
+		case c == '.':
+			dots++
+		case c < '0' || c > '9':
+			return "", false
+		}
+	}
+	return s[:i], dots == 3
 }
 
 // parseRemote parses Request.RemoteAddr: "ip:port" as net/http sets it

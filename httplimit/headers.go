@@ -31,7 +31,7 @@ const maxSFInt = 999_999_999_999_999
 func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 	win := mostRestrictive(outs)
 	var (
-		stack [512]byte
+		stack [128]byte // enough for the fields of two limiters; more spill to the heap
 		keys  [6]string
 		ends  [6]int
 		k     int
@@ -64,7 +64,7 @@ func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 	}
 
 	res := win.res
-	buf = appendSFString(buf, win.rule.name)
+	buf = append(buf, win.rule.quoted...)
 	buf = append(buf, ";r="...)
 	buf = appendSFInt(buf, res.Remaining)
 	if !win.never {

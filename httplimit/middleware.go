@@ -13,9 +13,10 @@ import (
 
 // rule is one limiter the middleware asks. It must not be copied.
 type rule struct {
-	name string
-	lim  tierlimit.Limiter
-	key  KeyFunc // nil: the client IP
+	name   string
+	quoted string // name as a structured-field String
+	lim    tierlimit.Limiter
+	key    KeyFunc // nil: the client IP
 
 	// policy caches the RateLimit-Policy item of the last Limit seen: a
 	// limiter's Limit rarely changes, and formatting it on every request
@@ -142,6 +143,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 			return nil, invalid("two limiters named %q", r.name)
 		}
 		seen[r.name] = true
+		r.quoted = string(appendSFString(nil, r.name))
 	}
 	if m.denied == nil {
 		m.denied = http.HandlerFunc(tooMany)
@@ -155,10 +157,16 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		next = http.DefaultServeMux
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.serve(w, r, next)
-	})
+	return &handler{m, next}
 }
+
+// handler is a Middleware in front of next.
+type handler struct {
+	m    *Middleware
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.m.serve(w, r, h.next) }
 
 // outcome is one limiter's answer to a request.
 type outcome struct {
@@ -167,8 +175,10 @@ type outcome struct {
 	never bool // the cost can never be admitted
 }
 
-// maxInline is the number of limiters whose outcomes live on the stack.
-const maxInline = 4
+// maxInline is the number of limiters whose outcomes live on the stack
+// (a per-route and a per-user one); a larger array costs its zeroing on
+// every request.
+const maxInline = 2
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	n := int64(1)
