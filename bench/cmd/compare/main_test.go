@@ -99,3 +99,31 @@ func TestCharts(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsMatchRecordedRun checks that the tables in docs/comparison.md are
+// what this command prints for the run they came from, whose raw output is
+// kept in bench/testdata: a figure edited by hand, or a rerun recorded in
+// only one of the two places, fails here.
+func TestDocsMatchRecordedRun(t *testing.T) {
+	const raw, doc = "../../testdata/compare-2026-11-22.txt", "../../../docs/comparison.md"
+	f, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res, err := parse(f)
+	if err != nil {
+		t.Fatalf("parse %s: %v", raw, err)
+	}
+	var b strings.Builder
+	if err := writeTables(&b, res); err != nil {
+		t.Fatalf("writeTables: %v", err)
+	}
+	text, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), strings.TrimSpace(b.String())) {
+		t.Errorf("%s does not contain the tables printed by `go run ./cmd/compare %s`:\n%s", doc, strings.TrimPrefix(raw, "../../"), b.String())
+	}
+}
