@@ -67,17 +67,26 @@ func FuzzClientIP(f *testing.F) {
 		{"[::ffff:10.0.0.1]:80", " , unknown,, ", "for=unknown, for=_hidden"},
 		{"10.0.0.1:1", "198.051.100.1:99999", `for="oops`},
 		{"@", "", ""},
+		{"192.0.2.1:443", "", ""},
+		{"999.0.2.1:443", "", ""},
 		{"", "10.0.0.1", "for=10.0.0.1"},
 		{"[fe80::1%eth0]:1", "10.0.0.5, 10.0.0.6", `for=1.2.3.4;for=5.6.7.8`},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
 	xff, fwd := fuzzResolver(false), fuzzResolver(true)
+	direct := &resolver{v6bits: DefaultIPv6Prefix} // no trusted proxy: the IPv4 fast path
 	f.Fuzz(func(t *testing.T, remote, xffIn, fwdIn string) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
 		xffLines := strings.Split(xffIn, "\n")
 		r.Header[HeaderXForwardedFor] = xffLines
 		r.Header[HeaderForwarded] = strings.Split(fwdIn, "\n")
+
+		if peer, text, ok := parseRemote(remote); ok {
+			if got, _ := direct.clientIP(r); got != direct.key(peer, text) {
+				t.Fatalf("RemoteAddr %q with no trusted proxy gave key %q, want %q", remote, got, direct.key(peer, text))
+			}
+		}
 
 		got, ok := xff.clientIP(r)
 		want, wantOK := refXFF(xff, remote, xffLines)
