@@ -263,8 +263,15 @@ func printThroughput(w io.Writer, ms []measurement, instances, conc int, embedde
 			count(int64(math.Round(tb.callsPer1000()/h.callsPer1000()))))
 	}
 	if h != nil && h.fallback > 0 {
-		fmt.Fprintf(w, "- hybrid: %s decisions fell back to the local limiter: Redis answered slower than the %v budget.\n",
-			count(h.fallback), hybridCallBudget)
+		above := ""
+		if h.admitted > h.allowed {
+			above = ": its admissions are what went above the limit"
+		}
+		fmt.Fprintf(w, "- hybrid: %s decisions fell back to the local limiter, as Redis answered slower than the %v budget%s.\n",
+			count(h.fallback), hybridCallBudget, above)
+		if embedded {
+			fmt.Fprintf(w, "  The embedded Redis shares this process's processors with the load, which can hold it back that long.\n")
+		}
 	}
 	for _, m := range ms {
 		if m.errors > 0 {

@@ -220,6 +220,11 @@ func (st keyState) print(w io.Writer, c inspectConfig) {
 		title = "unknown to this version of tierlimit"
 	}
 	line("algorithm", "%s: %s", st.name.alg, title)
+	if st.name.refund != "" {
+		line("refund", "marker of the idempotent refund %q: Redis applied it and will not again while the marker lives", st.name.refund)
+		line("ttl", "%v", st.ttl)
+		return
+	}
 	limit := st.matching(c)
 	switch {
 	case limit != nil:
@@ -331,12 +336,18 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 		}
 		line("state", "window #%d: count %d; the window before it: count %d", f[0], f[1], f[2])
 	case "sl":
-		f, ok := fields(st.value, 3)
+		f, ok := fields(st.value, 5)
+		if !ok {
+			f, ok = fields(st.value, 3) // written by an earlier version
+		}
 		if !ok {
 			bad()
 			return
 		}
 		line("state", "log totals: cost %d, last entry #%d admitted %s", f[0], f[1], st.ago(f[2]))
+		if len(f) == 5 && f[0] > 0 {
+			line("oldest", "entry of cost %d admitted %s", f[4], st.ago(f[3]))
+		}
 	default:
 		line("state", "unknown algorithm: raw value only")
 	}

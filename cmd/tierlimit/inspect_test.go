@@ -56,14 +56,22 @@ func TestInspect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An idempotent refund leaves a marker in the key's slot.
+	tb, _ := remote.NewTokenBucket(rdb, limit)
+	if _, err := tb.Refund(ctx, remote.Refund{Key: key, N: 1, ID: "lease-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.AllowN(ctx, key, 1); err != nil { // back to 7 tokens
+		t.Fatal(err)
+	}
 	url := "redis://" + m.Addr() + "/0"
 
 	code, stdout, stderr := runCmd(t, "inspect", "-redis", url, "-rate", "10", key)
 	if code != exitOK || stderr != "" {
 		t.Fatalf("inspect = %d, stderr %q", code, stderr)
 	}
-	if !strings.HasPrefix(stdout, strconv.Quote(key)+": 7 key(s) under prefix \"tierlimit:\"") {
-		t.Errorf("inspect: want 7 keys (sliding log has two):\n%s", stdout)
+	if !strings.HasPrefix(stdout, strconv.Quote(key)+": 8 key(s) under prefix \"tierlimit:\"") {
+		t.Errorf("inspect: want 8 keys (sliding log has two, and a refund marker):\n%s", stdout)
 	}
 	for _, a := range algorithms {
 		names, err := keysOf(a, limit, remote.DefaultPrefix, key)
@@ -77,12 +85,15 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		`now        7\.00 of 10 tokens, refilled since`,  // tb: the clock stands still
-		`now        8 of 10 tokens`,                      // gcra
-		`now        6 of 10 left, the window ends in`,    // fw
-		`now        9 of 10 left, the window ends in 1s`, // aw
-		`now        8 of 10 left in the last 1s`,         // sl
-		`state      window #\d+: count 5; the window before it: count 0`,
+		`now        7\.00 of 10 tokens, refilled since`,                  // tb: the clock stands still
+		`now        8 of 10 tokens`,                                      // gcra
+		`now        6 of 10 left, the window ends in`,                    // fw
+		`now        9 of 10 left, the window ends in 1s`,                 // aw
+		`now        8 of 10 left in the last 1s`,                         // sl
+		`state      window #\d+: count 5; the window before it: count 0`, // sw
+		`state      log totals: cost 2, last entry #1 admitted 0s ago`,   // sl
+		`oldest     entry of cost 2 admitted 0s ago`,
+		`refund     marker of the idempotent refund "lease-7"`,
 		`algorithm  tb: token bucket`,
 	} {
 		if !regexp.MustCompile(want).MatchString(stdout) {

@@ -109,10 +109,12 @@ type keyName struct {
 	config string
 	tag    string
 	suffix string // after the user key: "" or, for the sliding log, ":z" or ":h"
+	refund string // the ID of a token bucket's refund marker, which names no user key
 }
 
-// parseKeyName takes apart full, a key of prefix for user key key; ok is
-// false when full is not one.
+// parseKeyName takes apart full, a key of prefix for user key key, or one
+// of the key's refund markers (<prefix>tb:<config>:{<tag>}:r:<id>); ok is
+// false when full is neither.
 func parseKeyName(full, prefix, key string) (keyName, bool) {
 	rest, ok := strings.CutPrefix(full, prefix)
 	if !ok {
@@ -121,18 +123,21 @@ func parseKeyName(full, prefix, key string) (keyName, bool) {
 	alg, rest, ok1 := strings.Cut(rest, ":")
 	config, rest, ok2 := strings.Cut(rest, ":{")
 	tag, rest, ok3 := strings.Cut(rest, "}:")
-	user, suffix := rest, ""
-	if alg == "sl" {
-		for _, s := range []string{":z", ":h"} {
-			if u, ok := strings.CutSuffix(rest, s); ok && u == key {
-				user, suffix = u, s
-			}
-		}
-	}
-	if !ok1 || !ok2 || !ok3 || user != key {
+	if !ok1 || !ok2 || !ok3 {
 		return keyName{}, false
 	}
-	return keyName{full: full, alg: alg, config: config, tag: tag, suffix: suffix}, true
+	k := keyName{full: full, alg: alg, config: config, tag: tag}
+	switch {
+	case rest == key:
+		return k, true
+	case alg == "sl" && (rest == key+":z" || rest == key+":h"):
+		k.suffix = rest[len(key):]
+		return k, true
+	case alg == "tb" && strings.HasPrefix(rest, "r:"):
+		k.refund = rest[len("r:"):]
+		return k, true
+	}
+	return keyName{}, false
 }
 
 // tagOf returns the hash tag of key: what is between the braces of its

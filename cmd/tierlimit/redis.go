@@ -19,7 +19,7 @@ import (
 // goroutines and the clients' wait for the runtime's network poller, which
 // then runs about every 10 ms, so one round trip may take tens of ms.
 const (
-	dialTimeout = 50 * time.Millisecond
+	dialTimeout = 100 * time.Millisecond
 	ioTimeout   = 100 * time.Millisecond
 	pingTimeout = 2 * time.Second
 )
