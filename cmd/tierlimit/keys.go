@@ -27,8 +27,10 @@ var errCaptured = errors.New("captured")
 // nothing.
 type captureHook struct{ keys []string }
 
+// DialHook passes dials through; none happens, as nothing is sent.
 func (h *captureHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook records a script call's KEYS and stops the command.
 func (h *captureHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(_ context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
@@ -44,6 +46,7 @@ func (h *captureHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook stops a pipeline: keysOf never sends one.
 func (h *captureHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(context.Context, []redis.Cmder) error { return errCaptured }
 }
