@@ -44,6 +44,7 @@ end
 
 local n = #KEYS / 2
 local sum, seq, last, first, fcost, p, rate = {}, {}, {}, {}, {}, {}, {}
+local dirty = {} -- limit i dropped entries: its state must be saved
 local allowed = 1
 
 -- save writes limit i's state; both keys live until its newest entry leaves
@@ -53,16 +54,6 @@ local function save(i)
   put(KEYS[2 * i], str(sum[i]) .. ':' .. str(seq[i]) .. ':' .. str(last[i]) .. ':' ..
     str(first[i]) .. ':' .. str(fcost[i]), ttl)
   expire_us(KEYS[2 * i - 1], ttl)
-end
-
--- oldest looks up the first entry of limit i's set.
-local function oldest(i)
-  local e = redis.call('ZRANGE', KEYS[2 * i - 1], 0, 0, 'WITHSCORES')
-  if #e == 0 then
-    first[i], fcost[i] = 0, 0
-  else
-    first[i], fcost[i] = tonumber(e[2]), tonumber(string.match(e[1], ':(%d+)$'))
-  end
 end
 
 for i = 1, n do
@@ -81,16 +72,29 @@ for i = 1, n do
     redis.call('DEL', zs, hs)
     sum[i], seq[i], first[i], fcost[i] = 0, 0, 0, 0
   elseif s > 0 and (f == nil or f + p[i] <= now) then
-    -- The oldest entries have left the window (or the oldest is unknown).
-    local old = redis.call('ZRANGEBYSCORE', zs, '-inf', str(now - p[i]))
-    if #old > 0 then
-      for _, m in ipairs(old) do
-        sum[i] = sum[i] - tonumber(string.match(m, ':(%d+)$'))
+    -- The oldest entries have left the window (or the oldest is unknown):
+    -- read from the front, in growing batches, until an entry still in
+    -- the window, which becomes the oldest; drop those before it.
+    local cutoff, dropped, from, size = now - p[i], 0, 0, 2
+    first[i], fcost[i] = 0, 0
+    while true do
+      local e = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
+      local found = false
+      for j = 1, #e, 2 do
+        local c, t = tonumber(string.match(e[j], ':(%d+)$')), tonumber(e[j + 1])
+        if t > cutoff then
+          first[i], fcost[i], found = t, c, true
+          break
+        end
+        sum[i], dropped = sum[i] - c, dropped + 1
       end
-      redis.call('ZREMRANGEBYSCORE', zs, '-inf', str(now - p[i]))
+      if found or #e < 2 * size then break end
+      from, size = from + size, size * 4
     end
-    oldest(i)
-    save(i)
+    if dropped > 0 then
+      redis.call('ZREMRANGEBYRANK', zs, 0, dropped - 1)
+    end
+    dirty[i] = true
   elseif s == 0 then
     first[i], fcost[i] = 0, 0
   end
@@ -107,7 +111,10 @@ for i = 1, n do
     if sum[i] == 0 then first[i], fcost[i] = now, cost end
     sum[i], last[i] = sum[i] + cost, now
     save(i)
-  elseif allowed == 0 and sum[i] + cost > rate[i] then
+  elseif dirty[i] then
+    save(i)
+  end
+  if allowed == 0 and sum[i] + cost > rate[i] then
     local need = sum[i] + cost - rate[i]
     if fcost[i] >= need then
       -- Usually the oldest entry's leaving makes room.

@@ -109,7 +109,9 @@ func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) (failed []R
 		keys := b.redisKeys(refunds[i].Key)
 		if id := refunds[i].ID; id != "" {
 			tag := keyTag(refunds[i].Key)
-			keys = append(keys, b.bases[0]+string(tag[:])+"}:r:"+id)
+			// '!' after the tag, where every state key has ':': a marker
+			// never names the state of any user key.
+			keys = append(keys, b.bases[0]+string(tag[:])+"}!"+id)
 		}
 		return keys, []int64{0, 0, refunds[i].N}
 	})

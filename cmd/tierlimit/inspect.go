@@ -127,7 +127,7 @@ func findKeys(ctx context.Context, rdb *redis.Client, prefix, key string) ([]key
 	if err != nil {
 		return nil, err
 	}
-	match := globEscape(prefix) + "*:{" + tag + "}:*"
+	match := globEscape(prefix) + "*:{" + tag + "}*"
 	var found []keyName
 	iter := rdb.Scan(ctx, 0, match, scanBatch).Iterator()
 	for iter.Next(ctx) {

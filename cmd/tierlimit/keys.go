@@ -116,7 +116,7 @@ type keyName struct {
 }
 
 // parseKeyName takes apart full, a key of prefix for user key key, or one
-// of the key's refund markers (<prefix>tb:<config>:{<tag>}:r:<id>); ok is
+// of the key's refund markers (<prefix>tb:<config>:{<tag>}!<id>); ok is
 // false when full is neither.
 func parseKeyName(full, prefix, key string) (keyName, bool) {
 	rest, ok := strings.CutPrefix(full, prefix)
@@ -125,19 +125,19 @@ func parseKeyName(full, prefix, key string) (keyName, bool) {
 	}
 	alg, rest, ok1 := strings.Cut(rest, ":")
 	config, rest, ok2 := strings.Cut(rest, ":{")
-	tag, rest, ok3 := strings.Cut(rest, "}:")
+	tag, rest, ok3 := strings.Cut(rest, "}")
 	if !ok1 || !ok2 || !ok3 {
 		return keyName{}, false
 	}
 	k := keyName{full: full, alg: alg, config: config, tag: tag}
 	switch {
-	case rest == key:
+	case rest == ":"+key:
 		return k, true
-	case alg == "sl" && (rest == key+":z" || rest == key+":h"):
-		k.suffix = rest[len(key):]
+	case alg == "sl" && (rest == ":"+key+":z" || rest == ":"+key+":h"):
+		k.suffix = rest[len(key)+1:]
 		return k, true
-	case alg == "tb" && strings.HasPrefix(rest, "r:"):
-		k.refund = rest[len("r:"):]
+	case alg == "tb" && strings.HasPrefix(rest, "!"):
+		k.refund = rest[len("!"):]
 		return k, true
 	}
 	return keyName{}, false
