@@ -120,7 +120,7 @@ type faultReport struct {
 	Errors      int64
 	Hist        [phases]hist
 	Bins        []int64 // tokens admitted per binWidth since Start
-	FirstOK     int64   // unix ns at which the first Redis call after KillAt returned without error
+	FirstOK     int64   // unix ns at which the first Redis call after RestartAt returned without error
 	FirstLease  int64   // the same for the first claim or refill
 	Opened      int64   // unix ns the breaker first opened
 	HeldAtKill  int64
@@ -147,10 +147,11 @@ func faultMember(raw string) int {
 				opened.CompareAndSwap(0, time.Now().UnixNano())
 			}
 		},
-		// The first Redis call to succeed after the kill: Redis is back
-		// for this instance (the test's own PING may come later).
+		// The first Redis call to succeed once the restart began: Redis
+		// is back for this instance (the test's own PING may come later).
+		// Not from killAt: a call may succeed between it and the kill.
 		RedisCall: func(c tierlimit.RedisCall) {
-			if now := time.Now(); c.Err == nil && now.After(killAt) {
+			if now := time.Now(); c.Err == nil && now.After(restartAt) {
 				firstOK.CompareAndSwap(0, now.UnixNano())
 				if c.Op == "claim" || c.Op == "refill" {
 					firstLease.CompareAndSwap(0, now.UnixNano())
