@@ -129,7 +129,10 @@ func newCompareFixture(b *testing.B, srv *redistest.Server, admin *redis.Client,
 	}
 	f := &compareFixture{hook: new(tripCounter)}
 	if c.where != inProcess {
-		f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
+		// Every contender's client as tierlimit's docs recommend: context
+		// deadlines honoured (no call here has one but hybrid's, which
+		// then claims on the caller's goroutine).
+		f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
 		f.rdb.AddHook(f.hook)
 	}
 	var err error

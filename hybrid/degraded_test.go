@@ -388,3 +388,61 @@ func TestBudgetBoundsEveryDecision(t *testing.T) {
 		}
 	}
 }
+
+// slowHonest is a go-redis hook that delays script calls as a slow Redis
+// would, but ends them at the context's deadline, as a client with
+// ContextTimeoutEnabled does.
+type slowHonest struct{ delay time.Duration }
+
+func (h slowHonest) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowHonest) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slowHonest) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			select {
+			case <-time.After(h.delay):
+			case <-ctx.Done():
+				cmd.SetErr(ctx.Err())
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestInlineClaims: with a client that honours deadlines, claims run on the
+// caller's goroutine (no hand-off), and the budget still bounds each
+// decision, through the context.
+func TestInlineClaims(t *testing.T) {
+	e := newEnv(t)
+	rdb := redis.NewClient(&redis.Options{Addr: e.m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := New(rdb, tierlimit.PerSecond(100), WithClock(e.clock), WithCallBudget(20*time.Millisecond), WithBreakerThreshold(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if !l.inline {
+		t.Fatal("a client with ContextTimeoutEnabled: claims not inline")
+	}
+	if r, err := l.Allow(e.ctx, "fast"); err != nil || r.Source != tierlimit.SourceRemote {
+		t.Fatalf("Allow = %v from %v, want a claim from Redis", err, r.Source)
+	}
+	rdb.AddHook(slowHonest{delay: 400 * time.Millisecond})
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		r, err := l.Allow(e.ctx, fmt.Sprint("slow", i))
+		took := time.Since(start)
+		if err != nil || r.Source != tierlimit.SourceFallback {
+			t.Fatalf("call %d with Redis slow = %v from %v, want no error, fallback", i, err, r.Source)
+		}
+		if took > 200*time.Millisecond {
+			t.Errorf("call %d took %v with a 20ms budget, want far less than the 400ms Redis call", i, took)
+		}
+	}
+	if e.rdb.Options().ContextTimeoutEnabled || newEnv(t).limiter(t, tierlimit.PerSecond(1)).inline {
+		t.Error("a client without ContextTimeoutEnabled: claims inline, want them on the flight's goroutine")
+	}
+}

@@ -28,6 +28,7 @@ type Limiter struct {
 	cache    *ristretto.Cache[string, *entry]
 	fallback *local.Limiter
 	brk      *breaker
+	inline   bool // claims run on the caller's goroutine: rdb honours deadlines
 	flights  singleflight.Group
 	refills  chan *entry
 	stats    counters
@@ -125,6 +126,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		refills:  make(chan *entry, 1024),
 		held:     make(map[*entry]struct{}),
 		done:     make(chan struct{}),
+		inline:   honoursDeadlines(rdb),
 		id:       instanceID(),
 		fleet:    fleetKey(cfg.prefix, limit),
 	}

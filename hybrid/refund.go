@@ -51,8 +51,10 @@ func (l *Limiter) refund(refunds []remote.Refund) error {
 	for len(refunds) > 0 {
 		batch := refunds[:min(len(refunds), refundBatch)]
 		refunds = refunds[len(batch):]
-		failed := batch // all, unless the call is made
-		timeout := 4*l.cfg.callBudget + time.Second // a batch of 512 may take longer than one call
+		// A batch of 512 may take longer than one call's budget. failed is
+		// the whole batch unless the call is made.
+		timeout := 4*l.cfg.callBudget + time.Second
+		failed := batch
 		ev, err := l.call("refund", timeout, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()

@@ -383,9 +383,10 @@ func readLine(r *bufio.Reader) (string, error) {
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{
-		Addr:            s.Addr,
-		Password:        s.password,
-		DisableIdentity: true,
+		Addr:                  s.Addr,
+		Password:              s.password,
+		DisableIdentity:       true,
+		ContextTimeoutEnabled: true, // as tierlimit's docs recommend
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
