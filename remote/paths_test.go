@@ -66,7 +66,8 @@ func TestTokenBucketPathsAgree(t *testing.T) {
 }
 
 // TestWindowPathsAgree runs random calls and clock steps through the
-// single-limit fast paths of anchoredwindow.lua and slidingwindow.lua, and
+// single-limit fast paths of anchoredwindow.lua, slidingwindow.lua,
+// fixedwindow.lua and gcra.lua, and
 // through their general paths (the same limit given twice, on two keys),
 // and checks that the replies (for the first limit) and stored states agree.
 func TestWindowPathsAgree(t *testing.T) {
@@ -83,6 +84,14 @@ func TestWindowPathsAgree(t *testing.T) {
 		{"sliding", func(keys []string, args ...any) ([]any, error) {
 			return lua.SlidingWindow.Run(ctx, b.rdb, keys, args...).Slice()
 		}, [][]int64{{1_000_000, 10, 1}, {60_000_000, 100, 1_000_000}, {12, 5, 3}}},
+		{"fixed", func(keys []string, args ...any) ([]any, error) {
+			return lua.FixedWindow.Run(ctx, b.rdb, keys, args...).Slice()
+		}, [][]int64{{1_000_000, 10}, {60_000_000, 3}, {7, 1}}},
+		// GCRA's ARGV per limit: emission interval T, tolerance tau, both
+		// in µs; the rate is only for the random costs below.
+		{"gcra", func(keys []string, args ...any) ([]any, error) {
+			return lua.GCRA.Run(ctx, b.rdb, keys, args...).Slice()
+		}, [][]int64{{100_000, 900_000}, {7, 70}, {3_600_000_000, 0}}},
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, sc := range scripts {
@@ -90,6 +99,9 @@ func TestWindowPathsAgree(t *testing.T) {
 			fast := fmt.Sprintf("%s:fast%d", sc.name, li)
 			g1, g2 := fmt.Sprintf("%s:g1:%d", sc.name, li), fmt.Sprintf("%s:g2:%d", sc.name, li)
 			period, rate := lim[0], lim[1]
+			if sc.name == "gcra" { // T and tau: ten emissions a step, costs up to the burst
+				period, rate = 10*lim[0], lim[1]/lim[0]+1
+			}
 			now := int64(1_700_000_000_000_000)
 			for step := 0; step < 2000; step++ {
 				now += rng.Int64N(period/4 + 1)
