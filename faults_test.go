@@ -117,15 +117,15 @@ var phaseNames = [phases]string{"before", "failing", "open", "restored"}
 
 // faultReport is what a fault-test member prints.
 type faultReport struct {
-	Errors      int64
-	Hist        [phases]hist
-	Bins        []int64 // tokens admitted per binWidth since Start
-	FirstOK     int64   // unix ns at which the first Redis call after RestartAt returned without error
-	FirstLease  int64   // the same for the first claim or refill
-	Opened      int64   // unix ns the breaker first opened
-	HeldAtKill  int64
-	Share       tierlimit.Limit // the fallback limit at KillAt
-	Stats       hybrid.Stats
+	Errors     int64
+	Hist       [phases]hist
+	Bins       []int64 // tokens admitted per binWidth since Start
+	FirstOK    int64   // unix ns at which the first Redis call after RestartAt returned without error
+	FirstLease int64   // the same for the first claim or refill
+	Opened     int64   // unix ns the breaker first opened
+	HeldAtKill int64
+	Share      tierlimit.Limit // the fallback limit at KillAt
+	Stats      hybrid.Stats
 }
 
 const binWidth = 10 * time.Millisecond
@@ -582,7 +582,7 @@ func TestFaultFlush(t *testing.T) {
 			if st.Fallback != 0 || st.Lost != 0 {
 				t.Errorf("SCRIPT FLUSH: %d fallback decisions, %d lost; want 0, 0 (NOSCRIPT is absorbed)", st.Fallback, st.Lost)
 			}
-			check, err := hybrid.New(admin, limit)
+			check, err := hybrid.New(admin, limit, hybrid.WithCallBudget(5*time.Second)) // a checker must not fall back
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -649,7 +649,7 @@ func TestFaultConnectionResets(t *testing.T) {
 	if st.Leased != st.Spent+st.Refunded+st.Lost+st.Held || st.Spent != admitted || st.Held != 0 {
 		t.Errorf("ledger %+v, admitted %d: does not balance", st, admitted)
 	}
-	check, err := hybrid.New(s.Client(t), limit)
+	check, err := hybrid.New(s.Client(t), limit, hybrid.WithCallBudget(5*time.Second)) // a checker must not fall back
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -853,7 +853,7 @@ func TestFaultCluster(t *testing.T) {
 	if st.Fallback != 0 {
 		t.Logf("%d decisions fell back during the resharding: the level check below counts them as leased", st.Fallback)
 	}
-	check, err := hybrid.New(rdb, limit)
+	check, err := hybrid.New(rdb, limit, hybrid.WithCallBudget(5*time.Second)) // a checker must not fall back
 	if err != nil {
 		t.Fatal(err)
 	}

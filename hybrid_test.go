@@ -290,7 +290,7 @@ func TestFleetLedger(t *testing.T) {
 	})
 	total, _ := fleetTotals(t, reports)
 	rdb := s.Client(t)
-	b, err := hybrid.New(rdb, limit, hybrid.WithPrefix("g5:"))
+	b, err := hybrid.New(rdb, limit, hybrid.WithPrefix("g5:"), hybrid.WithCallBudget(5*time.Second)) // a checker must not fall back
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,9 @@ func TestMemoryBounded(t *testing.T) {
 	defer rdb.Close()
 	goroutines := runtime.NumGoroutine()
 	const maxKeys = 10_000
-	l, err := hybrid.New(rdb, tierlimit.PerMinute(10), hybrid.WithMaxKeys(maxKeys), hybrid.WithPrefix("g6:"))
+	// A memory test: a budget a loaded CI machine meets, so that leases, not
+	// fallbacks, hold the keys.
+	l, err := hybrid.New(rdb, tierlimit.PerMinute(10), hybrid.WithMaxKeys(maxKeys), hybrid.WithPrefix("g6:"), hybrid.WithCallBudget(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

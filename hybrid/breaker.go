@@ -116,6 +116,17 @@ func (l *Limiter) call(op string, timeout time.Duration, f func() error) (tierli
 	if err != nil {
 		return tierlimit.RedisCall{}, err
 	}
+	return l.run(op, timeout, done, f)
+}
+
+// callAnyway makes the call even while the breaker holds calls back, and
+// does not report to it: Close's last refunds, which have no later chance.
+func (l *Limiter) callAnyway(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
+	return l.run(op, timeout, func(error) {}, f)
+}
+
+// run makes the call f and settles it with done (see call).
+func (l *Limiter) run(op string, timeout time.Duration, done func(error), f func() error) (tierlimit.RedisCall, error) {
 	var once sync.Once
 	settle := func(err error) { once.Do(func() { done(err) }) }
 	late := time.AfterFunc(timeout, func() { settle(context.DeadlineExceeded) })
@@ -123,7 +134,7 @@ func (l *Limiter) call(op string, timeout time.Duration, f func() error) (tierli
 	if l.onCall != nil {
 		start = time.Now()
 	}
-	err = f()
+	err := f()
 	late.Stop()
 	settle(err)
 	l.stats.redisCalls.Add(1)

@@ -277,7 +277,7 @@ func TestLeasesExpiringInAnOutageAreLost(t *testing.T) {
 	// The breaker is open now: the next refund is not even tried, and is
 	// counted lost at once.
 	calls := e.calls.Calls()
-	if err := l.refund([]remote.Refund{{Key: "k", N: 5}}); !errors.Is(err, errUnavailable) {
+	if err := l.refund([]remote.Refund{{Key: "k", N: 5}}, false); !errors.Is(err, errUnavailable) {
 		t.Errorf("refund with the breaker open = %v, want errUnavailable", err)
 	}
 	if got := e.calls.Calls() - calls; got != 0 {
@@ -444,5 +444,38 @@ func TestInlineClaims(t *testing.T) {
 	}
 	if e.rdb.Options().ContextTimeoutEnabled || newEnv(t).limiter(t, tierlimit.PerSecond(1)).inline {
 		t.Error("a client without ContextTimeoutEnabled: claims inline, want them on the flight's goroutine")
+	}
+}
+
+// TestCloseRefundsWithTheBreakerOpen: Close's refunds are the last chance,
+// so they are sent even while the breaker holds calls back.
+func TestCloseRefundsWithTheBreakerOpen(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerHour(1000)
+	l, err := New(e.rdb, limit, WithClock(e.clock), WithLeaseBounds(100, 100), WithBreakerThreshold(1), WithProbeInterval(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := l.Allow(e.ctx, "k"); !r.Allowed {
+		t.Fatal("denied")
+	}
+	heal := e.outage()
+	if r, _ := l.Allow(e.ctx, "other"); r.Source != tierlimit.SourceFallback {
+		t.Fatalf("call in the outage from %v, want fallback", r.Source)
+	}
+	heal()
+	if s := l.Stats(); s.Breaker != tierlimit.BreakerOpen {
+		t.Fatalf("breaker %v, want open (no probe for a minute)", s.Breaker)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close = %v, want the refunds sent", err)
+	}
+	s := l.Stats()
+	checkLedger(t, s, 1)
+	if s.Refunded != 99 || s.Lost != 0 {
+		t.Errorf("refunded %d, lost %d; want 99, 0", s.Refunded, s.Lost)
+	}
+	if got := e.level(t, e.limiter(t, limit), "k"); got != 999 {
+		t.Errorf("Redis holds %d, want 999 (capacity - the one admitted)", got)
 	}
 }

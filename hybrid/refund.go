@@ -27,7 +27,8 @@ func (l *Limiter) janitor() {
 }
 
 // refundHeld gives back the tokens of every lease expired at now (all of
-// them when all is set) and forgets entries that hold none.
+// them when all is set, at Close: then even while the breaker is open, as
+// it is the last chance) and forgets entries that hold none.
 func (l *Limiter) refundHeld(now time.Time, all bool) error {
 	var refunds []remote.Refund
 	l.mu.Lock()
@@ -42,11 +43,16 @@ func (l *Limiter) refundHeld(now time.Time, all bool) error {
 		}
 	}
 	l.mu.Unlock()
-	return l.refund(refunds)
+	return l.refund(refunds, all)
 }
 
-// refund sends refunds in pipelined batches; what fails is counted lost.
-func (l *Limiter) refund(refunds []remote.Refund) error {
+// refund sends refunds in pipelined batches, through the breaker unless
+// anyway is set; what fails is counted lost.
+func (l *Limiter) refund(refunds []remote.Refund, anyway bool) error {
+	send := l.call
+	if anyway {
+		send = l.callAnyway
+	}
 	var firstErr error
 	for len(refunds) > 0 {
 		batch := refunds[:min(len(refunds), refundBatch)]
@@ -55,7 +61,7 @@ func (l *Limiter) refund(refunds []remote.Refund) error {
 		// the whole batch unless the call is made.
 		timeout := 4*l.cfg.callBudget + time.Second
 		failed := batch
-		ev, err := l.call("refund", timeout, func() error {
+		ev, err := send("refund", timeout, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			var err error
