@@ -14,7 +14,7 @@ import (
 )
 
 const demoSynopsis = `
-Usage: tierlimit demo [-duration 20s] [-plot FILE.png] [-redis URL]
+Usage: tierlimit demo [-duration 12s] [-plot FILE.png] [-redis URL]
 
 Runs a simulated fleet: per strategy (local, remote-tb, remote-gcra, hybrid)
 3 limiter instances, each with its own Redis client, share a limit of
@@ -64,7 +64,7 @@ type hybridCounts struct {
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo")
 	url := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (default: an embedded Redis on a loopback port)")
-	total := fs.Duration("duration", 20*time.Second, "how long the demo runs, at least 2s")
+	total := fs.Duration("duration", 12*time.Second, "how long the demo runs, at least 2s")
 	plotPath := fs.String("plot", "", "write a chart of the admitted rate over time across the outage to `FILE.png`")
 	if err := parseFlags(fs, args, demoSynopsis, stdout); err != nil {
 		return err

@@ -6,7 +6,7 @@
 //
 // # demo
 //
-//	tierlimit demo [-duration 20s] [-plot FILE.png] [-redis URL]
+//	tierlimit demo [-duration 12s] [-plot FILE.png] [-redis URL]
 //
 // A simulated fleet: per strategy, 3 limiter instances, each with its own
 // Redis client, share a limit of 1000/s (burst 200) on one hot key. The

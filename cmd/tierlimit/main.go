@@ -39,7 +39,7 @@ var commands = map[string]command{
 const usage = `tierlimit shows and measures the rate limiters of github.com/tierlimit/tierlimit.
 
 Usage:
-  tierlimit demo [-duration 20s] [-plot FILE.png] [-redis URL]
+  tierlimit demo [-duration 12s] [-plot FILE.png] [-redis URL]
         a simulated fleet on an embedded Redis: every strategy side by side,
         then a Redis outage
   tierlimit bench [-redis URL] [-rate N -period D -burst N] [-keys N -zipf S] ...
