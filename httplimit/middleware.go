@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/tierlimit/tierlimit"
 )
@@ -95,6 +97,8 @@ func (ru *rule) policyText(l tierlimit.Limit) string {
 // cancelled context) is passed to WithErrorFunc and then, by default, the
 // middleware fails open: that limiter is left out, from the headers too,
 // and the request goes on. WithFailClosed refuses such requests instead.
+// Without WithErrorFunc, errors are logged with the standard log package,
+// at most one line every 10 seconds.
 // A cost a limiter can never admit (tierlimit.ErrInvalidCost) denies the
 // request without Retry-After, whatever the error policy: letting it
 // through would make the limit bypassable by cost.
@@ -107,6 +111,7 @@ type Middleware struct {
 	denied  http.Handler
 	failed  http.Handler
 	onError func(*http.Request, error)
+	logged  atomic.Int64 // unix ns of the last default error log line
 }
 
 // New returns a Middleware that asks limiter, and the limiters added with
@@ -235,7 +240,28 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 func (m *Middleware) report(r *http.Request, err error) {
 	if m.onError != nil {
 		m.onError(r, err)
+		return
 	}
+	// Without WithErrorFunc, errors are logged, at most one line per
+	// logEvery: a limiter that keeps failing (tierlimit.ErrMisconfigured
+	// after a password change, say) must not leave the service unlimited
+	// in silence.
+	now := time.Now().UnixNano()
+	if last := m.logged.Load(); now-last >= int64(logEvery) && m.logged.CompareAndSwap(last, now) {
+		log.Printf("httplimit: limiter error, failing %s (logged at most every %v; WithErrorFunc to handle): %v",
+			m.policyName(), logEvery, err)
+	}
+}
+
+// logEvery spaces the default error log lines.
+const logEvery = 10 * time.Second
+
+// policyName says what happens to a request whose limiter failed.
+func (m *Middleware) policyName() string {
+	if m.failed != nil {
+		return "closed"
+	}
+	return "open"
 }
 
 // hashKey shortens a key longer than tierlimit.MaxKeyLen to its SHA-256.

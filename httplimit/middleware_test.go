@@ -1,11 +1,14 @@
 package httplimit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -453,6 +456,30 @@ func TestLimiterErrors(t *testing.T) {
 			t.Errorf("request %d with one failing limiter: got %d, want %d", i+1, w.Code, want)
 		}
 		checkField(t, w.Header(), "RateLimit-Policy", `"good";q=1;w=60`)
+	}
+}
+
+// TestLimiterErrorsLogged: without WithErrorFunc, a failing limiter is not
+// silent: its errors reach the standard logger, at most one line per
+// logEvery, saying which way the middleware fails.
+func TestLimiterErrorsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	log.SetOutput(&buf)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	lim := newFake(tierlimit.PerMinute(1), time.Second, time.Second)
+	lim.err = fmt.Errorf("hybrid: %w: WRONGPASS", tierlimit.ErrMisconfigured)
+	m := mustNew(t, lim)
+	for i := 0; i < 100; i++ {
+		if w := serve(m, request("192.0.2.1:1")); w.Code != http.StatusOK {
+			t.Fatalf("request %d: got %d, want 200 (fail open)", i, w.Code)
+		}
+	}
+	got := buf.String()
+	if n := strings.Count(got, "\n"); n != 1 {
+		t.Errorf("%d log lines for 100 failures in a burst, want 1:\n%s", n, got)
+	}
+	if !strings.Contains(got, "failing open") || !strings.Contains(got, "WRONGPASS") {
+		t.Errorf("log line %q: want the policy and the error", got)
 	}
 }
 

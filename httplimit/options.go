@@ -267,7 +267,8 @@ func WithFailClosed(h http.Handler) Option {
 
 // WithErrorFunc sets a func told of every limiter error, with the request,
 // e.g. to log it; it runs on the request's goroutine before the request is
-// served or refused. The middleware passes errors to nothing else.
+// served or refused. The middleware then passes errors to nothing else
+// (without it, they are logged at most once every 10 seconds).
 func WithErrorFunc(f func(r *http.Request, err error)) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {
