@@ -354,9 +354,12 @@ func TestObserver(t *testing.T) {
 }
 
 // slowScripts is a go-redis hook that delays every script call, as a slow
-// Redis would, ignoring the context as a client without
-// ContextTimeoutEnabled does.
-type slowScripts struct{ delay time.Duration }
+// Redis would. honest ends the call at the context's deadline, as a client
+// with ContextTimeoutEnabled does; otherwise the delay ignores the context.
+type slowScripts struct {
+	delay  time.Duration
+	honest bool
+}
 
 func (h slowScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -364,10 +367,20 @@ func (h slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 func (h slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			time.Sleep(h.delay)
+		if n := cmd.Name(); n != "evalsha" && n != "eval" {
+			return next(ctx, cmd)
 		}
-		return next(ctx, cmd)
+		if !h.honest {
+			time.Sleep(h.delay)
+			return next(ctx, cmd)
+		}
+		select {
+		case <-time.After(h.delay):
+			return next(ctx, cmd)
+		case <-ctx.Done():
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
 	}
 }
 
@@ -389,29 +402,6 @@ func TestBudgetBoundsEveryDecision(t *testing.T) {
 	}
 }
 
-// slowHonest is a go-redis hook that delays script calls as a slow Redis
-// would, but ends them at the context's deadline, as a client with
-// ContextTimeoutEnabled does.
-type slowHonest struct{ delay time.Duration }
-
-func (h slowHonest) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h slowHonest) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h slowHonest) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			select {
-			case <-time.After(h.delay):
-			case <-ctx.Done():
-				cmd.SetErr(ctx.Err())
-				return ctx.Err()
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
 // TestInlineClaims: with a client that honours deadlines, claims run on the
 // caller's goroutine (no hand-off), and the budget still bounds each
 // decision, through the context.
@@ -430,7 +420,7 @@ func TestInlineClaims(t *testing.T) {
 	if r, err := l.Allow(e.ctx, "fast"); err != nil || r.Source != tierlimit.SourceRemote {
 		t.Fatalf("Allow = %v from %v, want a claim from Redis", err, r.Source)
 	}
-	rdb.AddHook(slowHonest{delay: 400 * time.Millisecond})
+	rdb.AddHook(slowScripts{delay: 400 * time.Millisecond, honest: true})
 	for i := 0; i < 5; i++ {
 		start := time.Now()
 		r, err := l.Allow(e.ctx, fmt.Sprint("slow", i))

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tierlimit/tierlimit/bench/internal/stat"
 	"io"
 	"os"
 	"path/filepath"
@@ -132,20 +133,7 @@ func parse(r io.Reader) (*results, error) {
 // median returns the median of a sub-benchmark's samples of unit; ok is
 // false when there are none.
 func (r *results) median(c cell, unit string) (m float64, ok bool) {
-	return median(r.values[c][unit])
-}
-
-// median returns the median of vs; ok is false when vs is empty.
-func median(vs []float64) (m float64, ok bool) {
-	if len(vs) == 0 {
-		return 0, false
-	}
-	vs = slices.Sorted(slices.Values(vs))
-	h := len(vs) / 2
-	if len(vs)%2 == 1 {
-		return vs[h], true
-	}
-	return (vs[h-1] + vs[h]) / 2, true
+	return stat.Median(r.values[c][unit])
 }
 
 // samples returns the fewest and most samples of ns/op of any sub-benchmark.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/tierlimit/tierlimit/bench/internal/stat"
 	"io"
 	"math"
 	"slices"
@@ -21,7 +22,7 @@ var tables = []table{
 	}},
 	{"ns/op spread: (slowest − fastest sample) ÷ median, for judging the ratios", func(r *results, c cell) string {
 		vs := r.values[c]["ns/op"]
-		m, ok := median(vs)
+		m, ok := stat.Median(vs)
 		if !ok || m == 0 {
 			return "–"
 		}
@@ -142,7 +143,7 @@ func writeErrors(w io.Writer, res *results) {
 				}
 				// Samples without incidents do not report the unit: count them as 0.
 				all := append(make([]float64, max(len(res.values[c]["ns/op"])-len(vs), 0)), vs...)
-				m, _ := median(all)
+				m, _ := stat.Median(all)
 				fmt.Fprintf(&b, "- %s, %s: in %d of %d samples; share of calls: median %s, max %s\n",
 					row.label, col.head, len(vs), len(all), num(m, true), num(slices.Max(vs), true))
 			}

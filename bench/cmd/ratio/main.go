@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tierlimit/tierlimit/bench/internal/stat"
 	"io"
 	"math"
 	"os"
@@ -135,19 +136,6 @@ func parse(r io.Reader) (*samples, error) {
 	return s, sc.Err()
 }
 
-// median returns the median of vs; ok is false when vs is empty.
-func median(vs []float64) (m float64, ok bool) {
-	if len(vs) == 0 {
-		return 0, false
-	}
-	vs = slices.Sorted(slices.Values(vs))
-	h := len(vs) / 2
-	if len(vs)%2 == 1 {
-		return vs[h], true
-	}
-	return (vs[h-1] + vs[h]) / 2, true
-}
-
 // split returns a benchmark's parent and last element.
 func split(name string) (parent, sub string) {
 	i := strings.LastIndexByte(name, '/')
@@ -183,8 +171,8 @@ func report(w io.Writer, s *samples, base string, nsBar float64) error {
 		fmt.Fprintf(tw, "%s\t", name)
 		ratio := map[string]float64{}
 		for _, u := range units {
-			m, ok1 := median(s.values[name][u])
-			bm, ok2 := median(b[u])
+			m, ok1 := stat.Median(s.values[name][u])
+			bm, ok2 := stat.Median(b[u])
 			switch {
 			case !ok1 || !ok2:
 				fmt.Fprint(tw, "-\t-\t")
@@ -264,13 +252,13 @@ func reportAgainst(w io.Writer, s *samples, rules []rule, gap bool) (int, error)
 				fmt.Fprint(tw, "\n")
 			}
 			rows++
-			m, ok := median(s.values[name]["ns/op"])
+			m, ok := stat.Median(s.values[name]["ns/op"])
 			fmt.Fprintf(tw, "%s\t%s\t", name, num(m, ok))
 			for _, u := range vsUnits {
-				fmt.Fprintf(tw, "%s\t", num(median(s.values[name][u])))
+				fmt.Fprintf(tw, "%s\t", num(stat.Median(s.values[name][u])))
 			}
 			for _, b := range r.bases {
-				bm, bok := median(s.values[parent+"/"+b.name]["ns/op"])
+				bm, bok := stat.Median(s.values[parent+"/"+b.name]["ns/op"])
 				fmt.Fprintf(tw, "%s\t", num(bm, bok))
 				switch {
 				case !ok || !bok:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"github.com/tierlimit/tierlimit/bench/internal/stat"
 	"io"
 	"strings"
 	"testing"
@@ -35,15 +36,9 @@ func TestParseMedian(t *testing.T) {
 		{"BenchmarkRemote/redis_rate", "ns/op", 39000},
 		{"BenchmarkRemote/tokenbucket", "B/op", 600},
 	} {
-		if got, ok := median(s.values[c.name][c.unit]); !ok || got != c.want {
+		if got, ok := stat.Median(s.values[c.name][c.unit]); !ok || got != c.want {
 			t.Errorf("median %s %s = %v, %v; want %v, true", c.name, c.unit, got, ok, c.want)
 		}
-	}
-	if got, ok := median([]float64{4, 1, 3, 2}); !ok || got != 2.5 {
-		t.Errorf("median(4 1 3 2) = %v, %v; want 2.5, true", got, ok)
-	}
-	if _, ok := median(nil); ok {
-		t.Error("median(nil) ok = true, want false")
 	}
 }
 
