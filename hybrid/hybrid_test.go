@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,5 +345,120 @@ func TestCloseTwiceAndNoLeak(t *testing.T) {
 	if after := runtime.NumGoroutine(); after > before {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines after Close, %d before:\n%s", after, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestStatsCountEveryDecision checks the decision counters against what the
+// callers saw, while leases expire and the janitor adds up the counts that
+// local decisions keep in their entries (and forgets entries that hold no
+// tokens): no decision is lost or counted twice, during the run and after
+// Close.
+func TestStatsCountEveryDecision(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.Limit{Rate: 10, Period: time.Second, Burst: 100}, WithLeaseTTL(10*time.Millisecond))
+	const workers, calls, keys = 8, 1500, 20
+	var allowed, denied, local atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() { // expire leases now and then: the janitor ticks every 2.5 ms
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				e.step(3 * time.Millisecond)
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls {
+				r, err := l.Allow(e.ctx, "k"+strconv.Itoa((w*calls+i)%keys))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					allowed.Add(1)
+				} else {
+					denied.Add(1)
+				}
+				if r.Source == tierlimit.SourceLocal {
+					local.Add(1)
+				}
+				if i%500 == 0 {
+					if s := l.Stats(); s.Allowed+s.Denied > workers*calls {
+						t.Errorf("mid-run Stats count %d decisions, more than %d made", s.Allowed+s.Denied, workers*calls)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	for _, when := range []string{"before Close", "after Close"} {
+		s := l.Stats()
+		if s.Allowed != allowed.Load() || s.Denied != denied.Load() {
+			t.Errorf("%s: Stats allowed %d, denied %d; callers saw %d, %d", when, s.Allowed, s.Denied, allowed.Load(), denied.Load())
+		}
+		if s.Local != local.Load() {
+			t.Errorf("%s: Stats.Local = %d, callers saw %d", when, s.Local, local.Load())
+		}
+		if got := s.Local + s.Blocked + s.Remote + s.Fallback; got != workers*calls {
+			t.Errorf("%s: decisions by source add up to %d, want %d", when, got, workers*calls)
+		}
+		if local.Load() == 0 || denied.Load() == 0 {
+			t.Errorf("%s: %d local decisions and %d denials: the test no longer exercises both", when, local.Load(), denied.Load())
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestHotSlots(t *testing.T) {
+	for _, tc := range []struct {
+		maxKeys int64
+		want    int
+	}{
+		{1, 64}, {64, 64}, {65, 128}, {10_000, 16384}, {DefaultMaxKeys, maxHotSlots}, {1 << 40, maxHotSlots},
+	} {
+		if got := hotSlots(tc.maxKeys); got != tc.want {
+			t.Errorf("hotSlots(%d) = %d, want %d", tc.maxKeys, got, tc.want)
+		}
+	}
+}
+
+// TestLocalCountAfterJanitor is the race TestStatsCountEveryDecision can
+// rarely hit: a spend whose count lands after the janitor forgot its entry
+// (the spend took the last token just before). The count must still reach
+// Stats.
+func TestLocalCountAfterJanitor(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(100))
+	if r, err := l.Allow(e.ctx, "k"); err != nil || !r.Allowed {
+		t.Fatalf("Allow = %v, %v; want allowed", r.Allowed, err)
+	}
+	ent, ok := l.lookup("k")
+	if !ok {
+		t.Fatal("no entry for k after a claim")
+	}
+	ent.tokens.Store(0) // as if a spend took the last token
+	if err := l.refundHeld(e.clock.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if ent.held.Load() {
+		t.Fatal("the janitor kept an entry that holds no tokens")
+	}
+	before := l.Stats().Local
+	l.countLocal(ent) // that spend's count, late
+	if got := l.Stats().Local; got != before+1 {
+		t.Errorf("Stats.Local after a late count = %d, want %d", got, before+1)
+	}
+	if err := l.refundHeld(e.clock.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Stats().Local; got != before+1 {
+		t.Errorf("Stats.Local after the next janitor round = %d, want %d", got, before+1)
 	}
 }

@@ -46,7 +46,10 @@ type Limiter struct {
 
 	// decided counts decisions by source and outcome, striped by key so
 	// that distinct keys decided on different cores do not contend on one
-	// cache line (a parallel many-key benchmark showed it).
+	// cache line (a parallel many-key benchmark showed it). Allowed local
+	// decisions, the most frequent, are counted in their entry instead
+	// (entry.local), and added up in localAllowed by the janitor.
+	localAllowed atomic.Int64
 	decided [decisionStripes]struct {
 		n [4][2]atomic.Int64
 		_ [64]byte
@@ -64,9 +67,10 @@ type Limiter struct {
 	// hot is a direct-mapped front table of recently used entries: a hit
 	// costs a hash and an atomic load instead of ristretto's Get (a
 	// sharded lock, a bloom filter and a buffer push: half the hot path in
-	// a CPU profile). Its size is fixed, so memory stays bounded; ristretto
-	// still owns the entries and decides what to keep.
-	hot [hotSlots]atomic.Pointer[entry]
+	// a CPU profile). It has a slot per key up to maxHotSlots (a power of
+	// two), so memory stays bounded; ristretto still owns the entries and
+	// decides what to keep.
+	hot []atomic.Pointer[entry]
 
 	closed    atomic.Bool
 	done      chan struct{}
@@ -124,6 +128,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		bucket:   bucket,
 		fallback: fallback,
 		refills:  make(chan *entry, 1024),
+		hot:      make([]atomic.Pointer[entry], hotSlots(cfg.maxKeys)),
 		held:     make(map[*entry]struct{}),
 		done:     make(chan struct{}),
 		inline:   honoursDeadlines(rdb),
@@ -287,10 +292,12 @@ func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
 // decisions, so under load its parts may be a few tokens apart.
 func (l *Limiter) Stats() Stats {
 	var s Stats
-	s.Local = l.count(tierlimit.SourceLocal)
+	local := l.localDecisions()
+	s.Local = l.count(tierlimit.SourceLocal) + local
 	s.Blocked = l.count(tierlimit.SourceBlocked)
 	s.Remote = l.count(tierlimit.SourceRemote)
 	s.Fallback = l.count(tierlimit.SourceFallback)
+	s.Allowed = local
 	for i := range l.decided {
 		for src := range l.decided[i].n {
 			s.Denied += l.decided[i].n[src][0].Load()
@@ -309,6 +316,18 @@ func (l *Limiter) Stats() Stats {
 	s.Instances = l.instances.Load()
 	s.FallbackLimit = l.fallback.Limit()
 	return s
+}
+
+// localDecisions counts the allowed local decisions: those the janitor
+// added up and those still in held entries.
+func (l *Limiter) localDecisions() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.localAllowed.Load()
+	for e := range l.held {
+		n += e.local.Load()
+	}
+	return n
 }
 
 // decisionStripes is the number of stripes of the decision counters.

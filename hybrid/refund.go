@@ -28,7 +28,13 @@ func (l *Limiter) janitor() {
 
 // refundHeld gives back the tokens of every lease expired at now (all of
 // them when all is set, at Close: then even while the breaker is open, as
-// it is the last chance) and forgets entries that hold none.
+// it is the last chance), adds the entries' local decisions to the
+// limiter's count and forgets entries that hold no tokens.
+//
+// A spend counts its decision in e.local and then, if e.held is false,
+// holds e again. Here e.held is cleared before e.local is taken, so a count
+// made after the take sees e.held false and puts e back: no count is left
+// in an entry the janitor no longer visits.
 func (l *Limiter) refundHeld(now time.Time, all bool) error {
 	var refunds []remote.Refund
 	l.mu.Lock()
@@ -39,8 +45,10 @@ func (l *Limiter) refundHeld(now time.Time, all bool) error {
 			}
 		}
 		if e.tokens.Load() == 0 {
-			delete(l.held, e) // a later claim into e holds it again
+			e.held.Store(false)
+			delete(l.held, e) // a later claim or count into e holds it again
 		}
+		l.localAllowed.Add(e.local.Swap(0))
 	}
 	l.mu.Unlock()
 	return l.refund(refunds, all)
