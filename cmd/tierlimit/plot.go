@@ -2,32 +2,93 @@ package main
 
 import (
 	"fmt"
+	"image"
 	"image/color"
+	"image/draw"
+	"image/png"
 	"math"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
 )
+
+// The chart is drawn by hand, with image/draw and basicfont's 7×13 bitmap
+// face, rather than with a plotting library: gonum.org/v1/plot, with its
+// font, PDF, SVG and LaTeX dependencies, cost about 10 s of a cold build on
+// 2 cores (20 s of CPU) and 21 MB of module downloads, and a first
+// "go run ./cmd/tierlimit demo" on a fresh clone must finish within a
+// minute. basicfont adds about 0.2 s (an outline font, x/image's opentype,
+// about 1 s). Every line is horizontal or vertical, so filled rectangles
+// draw them all.
 
 // Colours of the chart.
 var (
 	admittedColor = color.RGBA{R: 0x1f, G: 0x4e, B: 0x9c, A: 0xff}
 	errorColor    = color.RGBA{R: 0xd0, G: 0x1c, B: 0x1c, A: 0xff}
-	limitColor    = color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}
+	limitColor    = color.RGBA{R: 0x70, G: 0x70, B: 0x70, A: 0xff}
 	outageColor   = color.RGBA{R: 0xff, G: 0xd8, B: 0xa8, A: 0xff}
+	gridColor     = color.RGBA{R: 0xe4, G: 0xe4, B: 0xe4, A: 0xff}
 )
+
+// The chart's geometry, in pixels.
+const (
+	chartWidth  = 1000
+	titleHeight = 34  // the chart's title line
+	panelHeight = 240 // one strategy: its title and legend, plot area, x tick labels
+	headerRoom  = 24  // above a plot area, for its title and legend
+	tickRoom    = 24  // under a plot area, for the x tick labels
+	xLabelRoom  = 22  // under the last panel, for the x axis label
+	plotLeft    = 66  // left of the plot areas, for the y axis label and ticks
+	plotRight   = 24
+)
+
+// chartHeight is the height of a chart of n panels.
+func chartHeight(n int) int { return titleHeight + n*panelHeight + xLabelRoom }
+
+// plotArea is where panel i draws its data.
+func plotArea(i int) image.Rectangle {
+	y := titleHeight + i*panelHeight
+	return image.Rect(plotLeft, y+headerRoom, chartWidth-plotRight, y+panelHeight-tickRoom)
+}
+
+// axes maps seconds since the start (0 to xMax) and calls per second
+// (0 to yMax) to the pixels of a plot area.
+type axes struct {
+	r          image.Rectangle
+	xMax, yMax float64
+}
+
+func (a axes) px(x float64) int {
+	return a.r.Min.X + int(math.Round(x/a.xMax*float64(a.r.Dx()-1)))
+}
+
+func (a axes) py(y float64) int {
+	return a.r.Max.Y - 1 - int(math.Round(y/a.yMax*float64(a.r.Dy()-1)))
+}
 
 // writePlot charts the outage run to a PNG file: one panel per strategy,
 // one above the other on the same axes, with the admitted and failed calls
 // per second over time, the limit, and the outage shaded.
 func writePlot(path string, tl *timeline, end time.Duration, limit tierlimit.Limit, strategies []string) error {
+	img := drawChart(tl, end, limit, strategies)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, img); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// drawChart draws the chart that writePlot writes.
+func drawChart(tl *timeline, end time.Duration, limit tierlimit.Limit, strategies []string) *image.RGBA {
 	bins := int(end / tl.bin) // whole bins only: the last one may be cut short
 	perSecond := float64(limit.Rate) / limit.Period.Seconds()
 	top := perSecond
@@ -37,122 +98,187 @@ func writePlot(path string, tl *timeline, end time.Duration, limit tierlimit.Lim
 			top = max(top, float64(s.admitted[b].Load())/tl.bin.Seconds(), float64(s.errors[b].Load())/tl.bin.Seconds())
 		}
 	}
-	top *= 1.5 // room for the legend above the lines
+	yTicks := roundTicks(top * 1.08)
+	a := axes{xMax: end.Seconds(), yMax: yTicks[len(yTicks)-1]}
 	down, up := tl.changedAt(phaseDown).Seconds(), tl.changedAt(phaseAfter).Seconds()
 
-	plots := make([][]*plot.Plot, len(strategies))
-	for i, name := range strategies {
-		p, err := panel(tl, name, bins, down, up, end.Seconds(), top, perSecond)
-		if err != nil {
-			return err
-		}
-		p.Legend.Top, p.Legend.Left = true, false
-		if i < len(strategies)-1 {
-			p.X.Label.Text = ""
-		}
-		plots[i] = []*plot.Plot{p}
-	}
-
-	const titleRoom = 34
-	width, height := 10*vg.Inch, vg.Length(len(strategies))*2.3*vg.Inch+titleRoom
-	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(110))
-	dc := draw.New(img)
-	title := fmt.Sprintf("%d instances per strategy share %v on one hot key, offered %d×; Redis killed at %.1fs, restarted empty at %.1fs",
+	img := image.NewRGBA(image.Rect(0, 0, chartWidth, chartHeight(len(strategies))))
+	fill(img, img.Bounds(), img.Bounds(), color.White)
+	// basicfont has ASCII only: "2x", not "2×".
+	title := fmt.Sprintf("%d instances per strategy share %v on one hot key, offered %dx; Redis killed at %.1fs, restarted empty at %.1fs",
 		demoInstances, limit, offeredFactor, down, up)
-	font := plot.DefaultFont
-	font.Size = vg.Points(13)
-	sty := draw.TextStyle{Color: color.Black, Font: font, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter}
-	dc.FillText(sty, vg.Point{X: width / 2, Y: height - titleRoom*0.75}, title)
-	dc.Max.Y -= titleRoom
-	tiles := draw.Tiles{Rows: len(strategies), Cols: 1, PadY: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(14), PadBottom: vg.Points(4)}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// panel is one strategy's chart.
-func panel(tl *timeline, name string, bins int, down, up, end, top, limit float64) (*plot.Plot, error) {
-	s := tl.series[name]
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s: %s errors while Redis was down", name, count(s.errs[phaseDown].Load()))
-	p.Title.TextStyle.Font.Size = vg.Points(12)
-	p.X.Label.Text = "time since the start of the run"
-	p.Y.Label.Text = "calls per second"
-	p.X.Min, p.X.Max = 0, end
-	p.Y.Min, p.Y.Max = 0, top
-	shade, err := plotter.NewPolygon(plotter.XYs{{X: down, Y: 0}, {X: up, Y: 0}, {X: up, Y: top}, {X: down, Y: top}})
-	if err != nil {
-		return nil, err
-	}
-	shade.Color, shade.LineStyle.Width = outageColor, 0
-	p.Add(shade, plotter.NewGrid())
-	p.Legend.Add("Redis down", shade)
-	p.X.Tick.Marker = secondTicks{}
-
-	lim, err := plotter.NewLine(plotter.XYs{{X: 0, Y: limit}, {X: end, Y: limit}})
-	if err != nil {
-		return nil, err
-	}
-	lim.Color, lim.Width, lim.Dashes = limitColor, vg.Points(1.2), []vg.Length{vg.Points(6), vg.Points(4)}
-	p.Add(lim)
-	p.Legend.Add("limit", lim)
-
-	// Steps, one per bin: a rate is known per bin, not at a point.
-	admitted, failed := make(plotter.XYs, bins+1), make(plotter.XYs, bins+1)
-	anyFailed := false
-	for b := range bins + 1 {
-		i := min(b, bins-1) // the last point closes the last step
-		x := float64(b) * tl.bin.Seconds()
-		admitted[b] = plotter.XY{X: x, Y: float64(s.admitted[i].Load()) / tl.bin.Seconds()}
-		failed[b] = plotter.XY{X: x, Y: float64(s.errors[i].Load()) / tl.bin.Seconds()}
-		anyFailed = anyFailed || failed[b].Y > 0
-	}
-	if anyFailed {
-		l, err := plotter.NewLine(failed)
-		if err != nil {
-			return nil, err
+	x := (chartWidth - textWidth(title)) / 2
+	text(img, x, titleHeight-12, title, color.Black)
+	text(img, x+1, titleHeight-12, title, color.Black) // bold
+	for i, name := range strategies {
+		a.r = plotArea(i)
+		s := tl.series[name]
+		admitted, failed := make([]float64, bins), make([]float64, bins)
+		for b := range bins {
+			admitted[b] = float64(s.admitted[b].Load()) / tl.bin.Seconds()
+			failed[b] = float64(s.errors[b].Load()) / tl.bin.Seconds()
 		}
-		l.Color, l.Width, l.StepStyle = errorColor, vg.Points(2), plotter.PostStep
-		p.Add(l)
-		p.Legend.Add("errors/s", l)
+		header := fmt.Sprintf("%s: %s errors while Redis was down", name, count(s.errs[phaseDown].Load()))
+		drawPanel(img, a, header, yTicks, down, up, perSecond, admitted, failed, tl.bin.Seconds())
 	}
-	l, err := plotter.NewLine(admitted)
-	if err != nil {
-		return nil, err
-	}
-	l.Color, l.Width, l.StepStyle = admittedColor, vg.Points(2.2), plotter.PostStep
-	p.Add(l)
-	p.Legend.Add("admitted/s", l)
-	return p, nil
+	label := "time since the start of the run"
+	text(img, a.r.Min.X+(a.r.Dx()-textWidth(label))/2, img.Bounds().Max.Y-8, label, color.Black)
+	return img
 }
 
-// secondTicks marks whole seconds, labelled every 1, 2, 5, 10… seconds so
-// that at most about a dozen labels show.
-type secondTicks struct{}
+// drawPanel draws one strategy's panel into a.r and around it: admitted
+// and failed are rates per bin of bin seconds, down and up the outage.
+func drawPanel(img *image.RGBA, a axes, header string, yTicks []float64, down, up, limit float64, admitted, failed []float64, bin float64) {
+	r := a.r
+	fill(img, image.Rect(a.px(down), r.Min.Y, a.px(up)+1, r.Max.Y), r, outageColor)
+	for _, x := range secondTicks(a.xMax) {
+		fill(img, image.Rect(a.px(x), r.Min.Y, a.px(x)+1, r.Max.Y), r, gridColor)
+		fill(img, image.Rect(a.px(x), r.Max.Y, a.px(x)+1, r.Max.Y+5), img.Bounds(), color.Black)
+		l := strconv.FormatFloat(x, 'f', -1, 64) + "s"
+		text(img, a.px(x)-textWidth(l)/2, r.Max.Y+18, l, color.Black)
+	}
+	for _, y := range yTicks {
+		fill(img, image.Rect(r.Min.X, a.py(y), r.Max.X, a.py(y)+1), r, gridColor)
+		fill(img, image.Rect(r.Min.X-5, a.py(y), r.Min.X, a.py(y)+1), img.Bounds(), color.Black)
+		l := strconv.FormatFloat(y, 'f', -1, 64)
+		text(img, r.Min.X-8-textWidth(l), a.py(y)+5, l, color.Black)
+	}
+	fill(img, image.Rect(r.Min.X-1, r.Min.Y, r.Min.X, r.Max.Y+1), img.Bounds(), color.Black)
+	fill(img, image.Rect(r.Min.X-1, r.Max.Y, r.Max.X, r.Max.Y+1), img.Bounds(), color.Black)
+	textUp(img, 6, (r.Min.Y+r.Max.Y)/2, "calls per second", color.Black)
 
-// Ticks returns the ticks between min and max.
-func (secondTicks) Ticks(lo, hi float64) []plot.Tick {
-	step := 1.0
-	for _, s := range []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600} {
-		step = s
-		if (hi-lo)/s <= 12 {
+	dashes(img, r.Min.X, r.Max.X, a.py(limit), r, limitColor)
+	// Steps, one per bin: a rate is known per bin, not at a point.
+	legend := []legendEntry{{"Redis down", outageColor, swatchArea}, {"limit", limitColor, swatchDashed}}
+	for _, v := range failed {
+		if v > 0 {
+			steps(img, a, failed, bin, errorColor)
+			legend = append(legend, legendEntry{"errors/s", errorColor, swatchLine})
 			break
 		}
 	}
-	var ticks []plot.Tick
-	for x := math.Ceil(lo/step) * step; x <= hi; x += step {
-		ticks = append(ticks, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64) + "s"})
+	steps(img, a, admitted, bin, admittedColor)
+	legend = append(legend, legendEntry{"admitted/s", admittedColor, swatchLine})
+
+	text(img, r.Min.X, r.Min.Y-8, header, color.Black)
+	drawLegend(img, r.Max.X, r.Min.Y-8, legend)
+}
+
+// steps draws v, one value per bin of w seconds, as a 2-pixel step line.
+func steps(img *image.RGBA, a axes, v []float64, w float64, c color.Color) {
+	for b, y := range v {
+		x0, x1, py := a.px(float64(b)*w), a.px(float64(b+1)*w), a.py(y)
+		fill(img, image.Rect(x0, py-1, x1+1, py+1), a.r, c)
+		if b+1 < len(v) {
+			next := a.py(v[b+1])
+			fill(img, image.Rect(x1-1, min(py, next)-1, x1+1, max(py, next)+1), a.r, c)
+		}
+	}
+}
+
+// dashes draws a 2-pixel dashed line from x0 to x1 at y.
+func dashes(img *image.RGBA, x0, x1, y int, clip image.Rectangle, c color.Color) {
+	for x := x0; x < x1; x += 12 {
+		fill(img, image.Rect(x, y-1, min(x+7, x1), y+1), clip, c)
+	}
+}
+
+// legendEntry names what is drawn in colour c, as swatch shows it.
+type legendEntry struct {
+	name   string
+	c      color.Color
+	swatch int
+}
+
+// Legend swatches.
+const (
+	swatchArea = iota
+	swatchDashed
+	swatchLine
+)
+
+// drawLegend draws the entries in a row that ends at x, on baseline y.
+func drawLegend(img *image.RGBA, x, y int, entries []legendEntry) {
+	const w, gap = 22, 18
+	for _, e := range entries {
+		x -= gap + w + 5 + textWidth(e.name)
+	}
+	for _, e := range entries {
+		x += gap
+		switch e.swatch {
+		case swatchArea:
+			fill(img, image.Rect(x, y-10, x+w, y+1), img.Bounds(), e.c)
+		case swatchDashed:
+			dashes(img, x, x+w, y-4, img.Bounds(), e.c)
+		default:
+			fill(img, image.Rect(x, y-5, x+w, y-3), img.Bounds(), e.c)
+		}
+		text(img, x+w+5, y, e.name, color.Black)
+		x += w + 5 + textWidth(e.name)
+	}
+}
+
+// fill paints the part of r inside clip in c.
+func fill(img *image.RGBA, r, clip image.Rectangle, c color.Color) {
+	draw.Draw(img, r.Intersect(clip), image.NewUniform(c), image.Point{}, draw.Src)
+}
+
+// text draws s in c, its baseline starting at (x, y).
+func text(img *image.RGBA, x, y int, s string, c color.Color) {
+	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+	d.DrawString(s)
+}
+
+// textWidth is the width of s drawn by text, in pixels.
+func textWidth(s string) int { return font.MeasureString(basicfont.Face7x13, s).Ceil() }
+
+// textUp draws s in c reading upwards, centred on y, the tops of its
+// letters at x.
+func textUp(img *image.RGBA, x, y int, s string, c color.Color) {
+	w, h := textWidth(s), basicfont.Face7x13.Height
+	flat := image.NewRGBA(image.Rect(0, 0, w, h))
+	text(flat, 0, basicfont.Face7x13.Ascent, s, c)
+	for i := range w {
+		for j := range h {
+			if p := flat.RGBAAt(i, j); p.A > 0 {
+				img.SetRGBA(x+j, y+w/2-i, p)
+			}
+		}
+	}
+}
+
+// secondTicks returns where to mark an axis of 0 to end seconds: whole
+// seconds, every 1, 2, 5, 10… seconds so that at most about a dozen
+// labels show.
+func secondTicks(end float64) []float64 {
+	var step float64
+	for _, step = range []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600} {
+		if end/step <= 12 {
+			break
+		}
+	}
+	var ticks []float64
+	for x := 0.0; x <= end; x += step {
+		ticks = append(ticks, x)
+	}
+	return ticks
+}
+
+// roundTicks returns where to mark an axis of calls per second that must
+// reach top: from 0, in at most 6 equal steps of 1, 2 or 5 times a power
+// of ten (at least 1). The last tick is the axis's top.
+func roundTicks(top float64) []float64 {
+	top = max(top, 1)
+	mag := max(1, math.Pow(10, math.Floor(math.Log10(top/6))))
+	var step float64
+	for _, m := range []float64{1, 2, 5, 10} {
+		if step = m * mag; math.Ceil(top/step) <= 6 {
+			break
+		}
+	}
+	ticks := make([]float64, int(math.Ceil(top/step))+1)
+	for i := range ticks {
+		ticks[i] = float64(i) * step
 	}
 	return ticks
 }
