@@ -59,6 +59,15 @@ func BenchmarkOverhead(b *testing.B) {
 		{"peer=proxy", "10.0.0.1:50000", []string{"X-Forwarded-For", "198.51.100.7, 10.0.0.2"}, "198.51.100.7",
 			[]Option{WithTrustedProxies("10.0.0.0/8")}},
 		{"peer=ipv4-legacy", "192.0.2.1:50000", nil, "192.0.2.1", []Option{WithLegacyHeaders()}},
+		{"peer=proxy-ipv6", "[2001:db8:ffff::1]:50000",
+			[]string{"X-Forwarded-For", "2001:db8:1:2:3:4:5:6, 2001:db8:ffff::2"}, "2001:db8:1:2::",
+			[]Option{WithTrustedProxies("10.0.0.0/8", "2001:db8:ffff::/48")}},
+		{"peer=proxy-forwarded", "10.0.0.1:50000",
+			[]string{"Forwarded", "for=198.51.100.7;proto=https, for=10.0.0.2"}, "198.51.100.7",
+			[]Option{WithTrustedProxies("10.0.0.0/8"), WithProxyHeader(HeaderForwarded)}},
+		{"peer=proxy-forwarded-ipv6", "[2001:db8:ffff::1]:50000",
+			[]string{"Forwarded", `for="[2001:db8:1:2:3:4:5:6]:4711", for="[2001:db8:ffff::2]"`}, "2001:db8:1:2::",
+			[]Option{WithTrustedProxies("2001:db8:ffff::/48"), WithProxyHeader(HeaderForwarded)}},
 	} {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.RemoteAddr = tc.remote

@@ -126,13 +126,20 @@ func skipOWS(s string, i int) int {
 }
 
 // isTchar reports whether c may appear in a token (RFC 9110, section 5.6.2).
-func isTchar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
+func isTchar(c byte) bool { return tchars[c] }
+
+// tchars is the set of token bytes, as a table: every byte of a Forwarded
+// line's names and values goes through isTchar, and searching the list of
+// punctuation for each was a fifth of the middleware's time with that header.
+var tchars = func() (t [256]bool) {
+	for c := range t {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
+	for _, c := range []byte("!#$%&'*+-.^_`|~") {
+		t[c] = true
+	}
+	return t
+}()
 
 // isQdtext reports whether c may appear unescaped in a quoted-string.
 func isQdtext(c byte) bool {

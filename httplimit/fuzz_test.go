@@ -53,9 +53,38 @@ func refXFF(rs *resolver, remote string, lines []string) (string, bool) {
 	return rs.key(peer, text), true
 }
 
+// refParseHost is parseHost as it was first written: try the whole string
+// as an address, then strip a port, then brackets.
+func refParseHost(s string) (netip.Addr, string, bool) {
+	if s == "" {
+		return netip.Addr{}, "", false
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, s, true
+	}
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i > 0 && (s[0] != '[' || s[i-1] == ']') {
+		if !isPort(s[i+1:]) {
+			return netip.Addr{}, "", false
+		}
+		host = s[:i]
+	}
+	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+		if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+			return a, host, true
+		}
+		return netip.Addr{}, "", false
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+		return a, host, true
+	}
+	return netip.Addr{}, "", false
+}
+
 // FuzzClientIP checks the proxy-header walks on arbitrary input: the
-// X-Forwarded-For walk against refXFF, the Forwarded walk and parser
-// against invariants that any correct one keeps. Lines are separated by
+// X-Forwarded-For walk against refXFF, parseHost against refParseHost, the
+// Forwarded walk and parser against invariants that any correct one keeps. Lines are separated by
 // '\n' in the fuzzed strings.
 func FuzzClientIP(f *testing.F) {
 	for _, s := range [][3]string{
@@ -71,6 +100,11 @@ func FuzzClientIP(f *testing.F) {
 		{"999.0.2.1:443", "", ""},
 		{"", "10.0.0.1", "for=10.0.0.1"},
 		{"[fe80::1%eth0]:1", "10.0.0.5, 10.0.0.6", `for=1.2.3.4;for=5.6.7.8`},
+		{"10.0.0.1:1", "[2001:db8::1]:443", `for="[2001:db8::1]:443"`},
+		{"10.0.0.1:1", "[::]", "for=[::]"},
+		{"10.0.0.1:1", "198.51.100.1:443", "for=198.51.100.1:443"},
+		{"10.0.0.1:1", "::1.2.3.4", "for=[]:80"},
+		{"10.0.0.1:1", "[fe80::1%a:b]:1", `for="[::ffff:1.2.3.4]"`},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
@@ -127,10 +161,40 @@ func FuzzClientIP(f *testing.F) {
 				}
 			}
 		}
+		refA, refText, refOK := refParseHost(xffIn)
+		if a, text, ok := parseHost(xffIn); a != refA || text != refText || ok != refOK {
+			t.Fatalf("parseHost(%q) = %v, %q, %v; want %v, %q, %v", xffIn, a, text, ok, refA, refText, refOK)
+		}
 		if a, text, ok := parseHost(xffIn); ok {
 			if b, err := netip.ParseAddr(text); err != nil || a != b || !strings.Contains(xffIn, text) {
 				t.Fatalf("parseHost(%q) = %v, %q: text is not the address as written", xffIn, a, text)
 			}
+		}
+	})
+}
+
+// FuzzAppendIPv6 holds appendIPv6 to netip's text of the same address. The
+// fuzzed groups are zeroed where the bits of zeros are set, so that runs of
+// zero groups, which decide where "::" goes, are common.
+func FuzzAppendIPv6(f *testing.F) {
+	for _, s := range []string{"2001:db8::1", "::", "::1", "1::", "1:0:0:2:0:0:0:3", "1:0:0:2:0:0:3:4", "64:ff9b::192.0.2.1", "fe80::1"} {
+		a16 := netip.MustParseAddr(s).As16()
+		f.Add(a16[:], uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, zeros uint8) {
+		var a16 [16]byte
+		copy(a16[:], in)
+		for i := range 8 {
+			if zeros&(1<<i) != 0 {
+				a16[2*i], a16[2*i+1] = 0, 0
+			}
+		}
+		a := netip.AddrFrom16(a16)
+		if a.Is4In6() {
+			return // key unmaps these; String writes them dotted
+		}
+		if got, want := string(appendIPv6(nil, a)), a.String(); got != want {
+			t.Fatalf("appendIPv6(%v) = %q, want %q", a16, got, want)
 		}
 	})
 }
