@@ -27,9 +27,11 @@ local cost = tonumber(ARGV[2])
 -- One limit, denied by entries all still in the window, the oldest of which
 -- settles the wait: the common denial, answered from the state string alone
 -- (the general path below gives the same reply).
-if #KEYS == 2 then
+local single, v1 = #KEYS == 2, nil -- v1: the state read here, reused below
+if single then
   local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
   local v = redis.call('GET', KEYS[2])
+  v1 = v
   if v then
     local a1, _, a3, a4, a5 = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
     if a5 then
@@ -61,7 +63,8 @@ for i = 1, n do
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local zs, hs = KEYS[2 * i - 1], KEYS[2 * i]
   local s, q, l, f, fc = 0, 0, 0, 0, 0
-  local v = redis.call('GET', hs)
+  local v = v1
+  if not single then v = redis.call('GET', hs) end
   if v then
     local a1, a2, a3, a4, a5 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*)$')
     s, q, l, f, fc = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
