@@ -17,3 +17,14 @@ func TestIsTchar(t *testing.T) {
 		}
 	}
 }
+
+// TestIsQdtext checks the qdtext table against RFC 9110's definition.
+func TestIsQdtext(t *testing.T) {
+	for c := range 256 {
+		b := byte(c)
+		want := b == '\t' || b == ' ' || b == 0x21 || 0x23 <= b && b <= 0x5b || 0x5d <= b && b <= 0x7e || b >= 0x80
+		if got := isQdtext(b); got != want {
+			t.Errorf("isQdtext(%q) = %v, want %v", b, got, want)
+		}
+	}
+}

@@ -177,7 +177,7 @@ func FuzzClientIP(f *testing.F) {
 // fuzzed groups are zeroed where the bits of zeros are set, so that runs of
 // zero groups, which decide where "::" goes, are common.
 func FuzzAppendIPv6(f *testing.F) {
-	for _, s := range []string{"2001:db8::1", "::", "::1", "1::", "1:0:0:2:0:0:0:3", "1:0:0:2:0:0:3:4", "64:ff9b::192.0.2.1", "fe80::1"} {
+	for _, s := range []string{"2001:db8::1", "::", "::1", "1::", "1:0:0:2:0:0:0:3", "1:0:0:2:0:0:3:4", "64:ff9b::192.0.2.1", "fe80::1", "2001:db8::", "0:0:0:1::", "1:0:1::", "0:0:1:2::"} {
 		a16 := netip.MustParseAddr(s).As16()
 		f.Add(a16[:], uint8(0))
 	}

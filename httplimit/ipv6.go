@@ -19,6 +19,22 @@ func appendIPv6(b []byte, a netip.Addr) []byte {
 	for i := range g {
 		g[i] = uint16(a16[2*i])<<8 | uint16(a16[2*i+1])
 	}
+	if g[4]|g[5]|g[6]|g[7] == 0 {
+		// The common key, masked to 64 bits or fewer. The trailing run of
+		// zero groups is at least four long, and any other lies within the
+		// first three groups: the trailing one is the "::".
+		k := 3
+		for k >= 0 && g[k] == 0 {
+			k--
+		}
+		for i := 0; i <= k; i++ {
+			if i > 0 {
+				b = append(b, ':')
+			}
+			b = appendHex16(b, g[i])
+		}
+		return append(b, ':', ':')
+	}
 	// The longest run of zero groups: [zs, zs+zl); zl 0 if none is 2 long.
 	zs, zl := 0, 0
 	for i := 0; i < len(g); {
