@@ -15,6 +15,10 @@
 # BENCH selects other benchmarks: the earlier sets are
 #   - BenchmarkRemote, BenchmarkRemoteDenied: tierlimit's six remote limiters
 #     against redis_rate;
+#   - BenchmarkRemotePaired, BenchmarkRemoteDeniedPaired: the same with each
+#     call of ours followed by one of redis_rate, timed apart: the ×redis_rate
+#     metric is the ratio within the same seconds (steadier on a shared
+#     machine; benchstat prints its median);
 #   - BenchmarkHotKey, BenchmarkHotKeyParallel: hybrid against x/time/rate
 #     and redis_rate on one hot key;
 #   - BenchmarkZipf10k: hybrid against a sync.Map of x/time/rate limiters;
