@@ -48,12 +48,14 @@ type Limiter struct {
 	// that distinct keys decided on different cores do not contend on one
 	// cache line (a parallel many-key benchmark showed it). Allowed local
 	// decisions, the most frequent, are counted in their entry instead
-	// (entry.local), and added up in localAllowed by the janitor.
-	localAllowed atomic.Int64
+	// (entry.local).
 	decided [decisionStripes]struct {
 		n [4][2]atomic.Int64
 		_ [64]byte
 	}
+	// localAllowed adds up the entries' counts of allowed local decisions
+	// (the janitor moves them here; Stats adds those still in entries).
+	localAllowed atomic.Int64
 
 	// mu guards held: the entries that may hold tokens, so that the janitor
 	// and Close can find them (ristretto cannot be iterated).
