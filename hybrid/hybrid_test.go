@@ -462,3 +462,48 @@ func TestLocalCountAfterJanitor(t *testing.T) {
 		t.Errorf("Stats.Local after the next janitor round = %d, want %d", got, before+1)
 	}
 }
+
+// TestHotPathAllocs checks that the decisions made in process allocate
+// nothing: spending a lease, and denying a key Redis recently denied. (A
+// spend that queues its lease's background refill allocates one channel,
+// once per lease; the limit here is large enough that none is queued.)
+func TestHotPathAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name   string
+		limit  tierlimit.Limit
+		opts   []Option
+		source tierlimit.Source
+	}{
+		// Leases of 2^20 tokens: the runs below neither drain one nor bring
+		// it down to a quarter, where a background refill would be queued.
+		{"lease", tierlimit.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1 << 30},
+			[]Option{WithLeaseBounds(1<<20, 1<<20)}, tierlimit.SourceLocal},
+		{"known-blocked", tierlimit.PerHour(1), nil, tierlimit.SourceBlocked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := e.limiter(t, tc.limit, tc.opts...)
+			key := "hot:" + tc.name
+			for range 20 { // demand that grows the lease, or denials
+				if _, err := l.Allow(e.ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				e.step(100 * time.Microsecond)
+			}
+			if r, _ := l.Allow(e.ctx, key); r.Source != tc.source {
+				t.Fatalf("warm call decided by %v, want %v", r.Source, tc.source)
+			}
+			allocs := testing.AllocsPerRun(1000, func() {
+				if r, err := l.Allow(e.ctx, key); err != nil || r.Source != tc.source {
+					t.Fatalf("Allow = %v from %v, %v; want a decision from %v", r.Allowed, r.Source, err, tc.source)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%s path: %v allocations per decision, want 0", tc.name, allocs)
+			}
+		})
+	}
+}
