@@ -6,12 +6,29 @@ import (
 	"strings"
 )
 
-// resolver finds a request's client address. It is read-only after New.
+// resolver finds a request's client address. It is read-only after New
+// but for its memos, which are safe for concurrent use.
 type resolver struct {
 	trusted   []netip.Prefix
 	header    string // canonical name of the header trusted proxies write
 	forwarded bool   // header is Forwarded (RFC 7239), not X-Forwarded-For
 	v6bits    int
+
+	// peers and hops remember trusted proxies: peers by the host of
+	// RemoteAddr, hops by their element in the proxy header. Two memos,
+	// because one text can mean different things in the two places. Nil
+	// when no proxy is trusted.
+	peers, hops *trustMemo
+}
+
+// newResolver returns the resolver cfg describes.
+func newResolver(cfg *config) resolver {
+	rs := resolver{trusted: cfg.trusted, header: cfg.header,
+		forwarded: cfg.header == HeaderForwarded, v6bits: cfg.v6bits}
+	if len(rs.trusted) > 0 {
+		rs.peers, rs.hops = newTrustMemo(), newTrustMemo()
+	}
+	return rs
 }
 
 // clientIP returns the key of r's client: its address as text, an IPv6
@@ -27,13 +44,18 @@ func (rs *resolver) clientIP(r *http.Request) (string, bool) {
 		if host, ok := plainIPv4(r.RemoteAddr); ok {
 			return host, true
 		}
+		return rs.peerKey(r.RemoteAddr)
 	}
-	peer, text, ok := parseRemote(r.RemoteAddr)
-	if !ok {
-		return r.RemoteAddr, r.RemoteAddr != ""
-	}
-	if len(rs.trusted) == 0 || !rs.isTrusted(peer) {
-		return rs.key(peer, text), true
+	// Behind an IPv6 peer ("[addr]:port"), proxies are remembered.
+	memo := rs.peers != nil && r.RemoteAddr != "" && r.RemoteAddr[0] == '['
+	if !memo || !rs.peers.has(remoteHost(r.RemoteAddr)) {
+		peer, text, ok := parseRemote(r.RemoteAddr)
+		if !ok || !rs.isTrusted(peer) {
+			return rs.peerKey(r.RemoteAddr)
+		}
+		if memo && text == remoteHost(r.RemoteAddr) {
+			rs.peers.add(text)
+		}
 	}
 	var (
 		client netip.Addr
@@ -41,12 +63,12 @@ func (rs *resolver) clientIP(r *http.Request) (string, bool) {
 		found  bool
 	)
 	if rs.forwarded {
-		client, ctext, found = rs.walkForwarded(r.Header[rs.header])
+		client, ctext, found = rs.walkForwarded(r.Header[rs.header], memo)
 	} else {
-		client, ctext, found = rs.walkXFF(r.Header[rs.header])
+		client, ctext, found = rs.walkXFF(r.Header[rs.header], memo)
 	}
 	if !found {
-		return rs.key(peer, text), true
+		return rs.peerKey(r.RemoteAddr)
 	}
 	if client.Is4() && !short(r.Header[rs.header]) {
 		// An IPv4 key is its text in the header, and may live as long as
@@ -55,6 +77,15 @@ func (rs *resolver) clientIP(r *http.Request) (string, bool) {
 		return strings.Clone(ctext), true
 	}
 	return rs.key(client, ctext), true
+}
+
+// peerKey returns the key of the peer whose RemoteAddr is remote.
+func (rs *resolver) peerKey(remote string) (string, bool) {
+	peer, text, ok := parseRemote(remote)
+	if !ok {
+		return remote, remote != ""
+	}
+	return rs.key(peer, text), true
 }
 
 // maxShortHeader is the length up to which a proxy header is short: a key
@@ -107,27 +138,40 @@ const (
 	stepMalformed             // not an address: give up on the header
 )
 
-// visit classifies one element, remembering the last trusted one.
-func (rs *resolver) visit(elem string, last *netip.Addr, lastText *string) (netip.Addr, string, step) {
+// visit classifies one element of a proxy header, with the memo of hops
+// if memo is true. The address of a trusted one is not returned: it may
+// not have been parsed.
+func (rs *resolver) visit(elem string, memo bool) (netip.Addr, string, step) {
+	if memo && rs.hops.has(elem) {
+		return netip.Addr{}, "", stepTrusted
+	}
 	a, text, ok := parseHost(elem)
 	if !ok {
 		return a, text, stepMalformed
 	}
 	if rs.isTrusted(a) {
-		*last, *lastText = a, text
-		return a, text, stepTrusted
+		if memo {
+			rs.hops.add(elem)
+		}
+		return netip.Addr{}, "", stepTrusted
 	}
 	return a, text, stepClient
+}
+
+// leftmost is the client when every element of a proxy header is a
+// trusted proxy: the left-most one, elem ("" if there was none).
+func leftmost(elem string) (netip.Addr, string, bool) {
+	if elem == "" {
+		return netip.Addr{}, "", false
+	}
+	return parseHost(elem)
 }
 
 // walkXFF walks X-Forwarded-For right to left, over every field line (a
 // proxy may add a line rather than append to one). Empty list elements are
 // skipped, as RFC 9110 asks of recipients.
-func (rs *resolver) walkXFF(lines []string) (netip.Addr, string, bool) {
-	var (
-		last     netip.Addr
-		lastText string
-	)
+func (rs *resolver) walkXFF(lines []string, memo bool) (netip.Addr, string, bool) {
+	var last string // the left-most trusted element so far
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
 		for line != "" {
@@ -141,27 +185,27 @@ func (rs *resolver) walkXFF(lines []string) (netip.Addr, string, bool) {
 			if elem == "" {
 				continue
 			}
-			a, text, s := rs.visit(elem, &last, &lastText)
+			a, text, s := rs.visit(elem, memo)
 			switch s {
 			case stepClient:
 				return a, text, true
 			case stepMalformed:
 				return netip.Addr{}, "", false
 			}
+			last = elem
 		}
 	}
-	return last, lastText, last.IsValid()
+	return leftmost(last)
 }
 
 // walkForwarded walks the for= parameters of Forwarded (RFC 7239) right to
 // left. A field line that does not parse is malformed as a whole, since its
 // elements cannot be told apart; an element without for=, or whose for= is
 // "unknown" or an obfuscated identifier, is malformed when reached.
-func (rs *resolver) walkForwarded(lines []string) (netip.Addr, string, bool) {
+func (rs *resolver) walkForwarded(lines []string, memo bool) (netip.Addr, string, bool) {
 	var (
-		last     netip.Addr
-		lastText string
-		buf      [8]string
+		last string // the left-most trusted element so far
+		buf  [8]string
 	)
 	for i := len(lines) - 1; i >= 0; i-- {
 		fors, ok := forwardedFors(lines[i], buf[:0])
@@ -169,16 +213,17 @@ func (rs *resolver) walkForwarded(lines []string) (netip.Addr, string, bool) {
 			return netip.Addr{}, "", false
 		}
 		for j := len(fors) - 1; j >= 0; j-- {
-			a, text, s := rs.visit(fors[j], &last, &lastText)
+			a, text, s := rs.visit(fors[j], memo)
 			switch s {
 			case stepClient:
 				return a, text, true
 			case stepMalformed:
 				return netip.Addr{}, "", false
 			}
+			last = fors[j]
 		}
 	}
-	return last, lastText, last.IsValid()
+	return leftmost(last)
 }
 
 // plainIPv4 returns the host of a RemoteAddr "a.b.c.d:port" without
@@ -207,17 +252,23 @@ func plainIPv4(s string) (string, bool) {
 // parseRemote parses Request.RemoteAddr: "ip:port" as net/http sets it
 // from the connection (so the port is not checked), or a bare address.
 func parseRemote(s string) (netip.Addr, string, bool) {
-	host := s
-	if i := strings.LastIndexByte(s, ':'); i > 0 {
-		host = s[:i]
-		if host[0] == '[' && host[len(host)-1] == ']' {
-			host = host[1 : len(host)-1]
-		}
-	}
+	host := remoteHost(s)
 	if a, err := netip.ParseAddr(host); err == nil {
 		return a, host, true
 	}
 	return parseHost(s)
+}
+
+// remoteHost returns RemoteAddr "host:port" without the port and the
+// brackets of an IPv6 host, not checked.
+func remoteHost(s string) string {
+	if i := strings.LastIndexByte(s, ':'); i > 0 {
+		s = s[:i]
+		if s[0] == '[' && s[len(s)-1] == ']' {
+			s = s[1 : len(s)-1]
+		}
+	}
+	return s
 }
 
 // parseHost parses one address as proxies write it: "192.0.2.1",

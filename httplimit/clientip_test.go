@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,6 +47,90 @@ func TestClientIPAllocs(t *testing.T) {
 			}
 			if got := testing.AllocsPerRun(100, func() { rs.clientIP(r) }); got != tc.allocs {
 				t.Errorf("clientIP allocates %v times per request, want %v", got, tc.allocs)
+			}
+		})
+	}
+}
+
+// TestTrustMemo checks that remembering trusted proxies changes no key:
+// each request is resolved twice (the second time a proxy it names comes
+// from the memos) after the ones before it in its sequence, and must give
+// the key of a resolver without memos. Only trusted proxies are
+// remembered, only behind IPv6 peers, and a text remembered in one place
+// (a header element) is not believed in the other (RemoteAddr).
+func TestTrustMemo(t *testing.T) {
+	type req struct {
+		remote, xff, key string
+	}
+	const (
+		peer   = "[2001:db8:ffff::1]:1"
+		client = "2001:db8:1:2:3:4:5:6"
+		key    = "2001:db8:1:2::"
+	)
+	for _, tc := range []struct {
+		name       string
+		reqs       []req
+		remembered []string // texts the memos must hold at the end
+	}{
+		{"proxy, then the same proxy", []req{
+			{peer, client + ", 2001:db8:ffff::2", key},
+			{"[2001:db8:ffff::1]:2", "2001:db8:1:3::1, 2001:db8:ffff::2", "2001:db8:1:3::"},
+		}, []string{"2001:db8:ffff::1", "2001:db8:ffff::2"}},
+		{"IPv4 hops behind an IPv6 proxy", []req{
+			{peer, "198.51.100.7, 10.0.0.2", "198.51.100.7"},
+			{peer, "198.51.100.8, 10.0.0.2", "198.51.100.8"},
+		}, []string{"2001:db8:ffff::1", "10.0.0.2"}},
+		{"a proxy without header falls back to itself", []req{
+			{peer, client, key},
+			{peer, "", "2001:db8:ffff::"},
+		}, []string{"2001:db8:ffff::1"}},
+		{"all hops trusted: the left-most", []req{
+			{peer, "2001:db8:ffff::3, [2001:db8:ffff::2]:443", "2001:db8:ffff::"},
+			{peer, "2001:db8:ffff::3, [2001:db8:ffff::2]:443", "2001:db8:ffff::"},
+		}, []string{"2001:db8:ffff::1", "2001:db8:ffff::3", "[2001:db8:ffff::2]:443"}},
+		{"a hop's text is not a trusted RemoteAddr", []req{
+			{peer, client + ", [2001:db8:ffff::2]:443", key},
+			{"[[2001:db8:ffff::2]:443]:80", "198.51.100.9", "[[2001:db8:ffff::2]:443]:80"},
+		}, []string{"2001:db8:ffff::1", "[2001:db8:ffff::2]:443"}},
+		{"a client is not remembered", []req{
+			{"[2001:db8:1::1]:1", "198.51.100.7", "2001:db8:1::"},
+			{peer, "2001:db8:1::1, 2001:db8:1::2", "2001:db8:1::"},
+			{"[2001:db8:1::1]:2", "198.51.100.7", "2001:db8:1::"},
+		}, []string{"2001:db8:ffff::1"}},
+		{"no memo behind an IPv4 proxy", []req{
+			{"10.0.0.1:1", "198.51.100.7, 10.0.0.2", "198.51.100.7"},
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := &mustNew(t, &constLimiter{}, WithTrustedProxies("10.0.0.0/8", "2001:db8:ffff::/48")).ip
+			plain := *rs
+			plain.peers, plain.hops = nil, nil
+			for i, q := range tc.reqs {
+				var h []string
+				if q.xff != "" {
+					h = []string{"X-Forwarded-For", q.xff}
+				}
+				r := request(q.remote, h...)
+				for pass := range 2 {
+					got, _ := rs.clientIP(r)
+					want, _ := plain.clientIP(r)
+					if got != q.key || want != q.key {
+						t.Fatalf("request %d (pass %d): key %q with memos, %q without; want %q", i, pass, got, want, q.key)
+					}
+				}
+			}
+			for _, m := range []*trustMemo{rs.peers, rs.hops} {
+				for i := range m.slots {
+					if p := m.slots[i].Load(); p != nil && !slices.Contains(tc.remembered, *p) {
+						t.Errorf("memo holds %q", *p)
+					}
+				}
+			}
+			// Each text is held, or its slot was taken by another one.
+			for _, text := range tc.remembered {
+				if p, q := rs.peers.slot(text).Load(), rs.hops.slot(text).Load(); p == nil && q == nil {
+					t.Errorf("%q is not remembered", text)
+				}
 			}
 		})
 	}

@@ -16,6 +16,7 @@ func fuzzResolver(forwarded bool) *resolver {
 	for _, s := range []string{"10.0.0.0/8", "2001:db8:ffff::/48"} {
 		rs.trusted = append(rs.trusted, netip.MustParsePrefix(s))
 	}
+	rs.peers, rs.hops = newTrustMemo(), newTrustMemo()
 	return rs
 }
 
@@ -110,6 +111,10 @@ func FuzzClientIP(f *testing.F) {
 	}
 	xff, fwd := fuzzResolver(false), fuzzResolver(true)
 	direct := &resolver{v6bits: DefaultIPv6Prefix} // no trusted proxy: the IPv4 fast path
+	// The same resolvers without memos: the memos, filled by every input
+	// so far, must not change a key.
+	unmemoXFF, unmemoFwd := *xff, *fwd
+	unmemoXFF.peers, unmemoXFF.hops, unmemoFwd.peers, unmemoFwd.hops = nil, nil, nil, nil
 	f.Fuzz(func(t *testing.T, remote, xffIn, fwdIn string) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
 		xffLines := strings.Split(xffIn, "\n")
@@ -119,6 +124,17 @@ func FuzzClientIP(f *testing.F) {
 		if peer, text, ok := parseRemote(remote); ok {
 			if got, _ := direct.clientIP(r); got != direct.key(peer, text) {
 				t.Fatalf("RemoteAddr %q with no trusted proxy gave key %q, want %q", remote, got, direct.key(peer, text))
+			}
+		}
+
+		for _, rs := range [][2]*resolver{{xff, &unmemoXFF}, {fwd, &unmemoFwd}} {
+			for range 2 { // the second time, from the memos
+				got, ok := rs[0].clientIP(r)
+				want, wantOK := rs[1].clientIP(r)
+				if got != want || ok != wantOK {
+					t.Fatalf("with memos, request from %q with %q gave key %q, %v; without, %q, %v",
+						remote, r.Header[rs[0].header], got, ok, want, wantOK)
+				}
 			}
 		}
 

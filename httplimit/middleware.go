@@ -132,9 +132,8 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		}
 	}
 	m := &Middleware{
-		rules: append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key}}, cfg.extra...),
-		ip: resolver{trusted: cfg.trusted, header: cfg.header,
-			forwarded: cfg.header == HeaderForwarded, v6bits: cfg.v6bits},
+		rules:   append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key}}, cfg.extra...),
+		ip:      newResolver(&cfg),
 		cost:    cfg.cost,
 		shadow:  cfg.shadow,
 		legacy:  cfg.legacy,

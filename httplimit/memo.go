@@ -1,0 +1,59 @@
+package httplimit
+
+import (
+	"strings"
+	"sync/atomic"
+)
+
+// memoSlots is the number of addresses a trustMemo holds: a fleet of
+// proxies in front of a service is this size or smaller.
+const (
+	memoBits  = 5
+	memoSlots = 1 << memoBits
+)
+
+// trustMemo remembers the text of IPv6 addresses found to be trusted
+// proxies, as they are written in RemoteAddr or a proxy header, so that a
+// request from a known proxy is not parsed and matched against every
+// trusted prefix again. Each IPv6 peer or hop costs a parse and a prefix
+// search of about 40 ns, and a lookup a few: resolving a client behind an
+// IPv6 proxy took 134 ns rather than 199 with X-Forwarded-For, 185 rather
+// than 216 with Forwarded (BenchmarkOverhead's cases). An IPv4 address
+// parses and matches in 20 ns, and memos saved nothing measurable behind
+// IPv4 proxies, so the resolver uses them behind an IPv6 peer only.
+//
+// It is a fixed table indexed by a hash of the text; a text that lands on
+// a taken slot replaces it. Only texts that parsed as trusted addresses
+// are added, so a client cannot fill it, and a miss costs what the lookup
+// saves plus, for a trusted text, its copy. A trustMemo is safe for
+// concurrent use.
+type trustMemo struct {
+	slots [memoSlots]atomic.Pointer[string]
+}
+
+func newTrustMemo() *trustMemo { return new(trustMemo) }
+
+// slot returns text's slot. The hash is of the length and the last four
+// bytes, where the addresses of one fleet of proxies differ: a general
+// hash (hash/maphash) was half the cost of a lookup, and a text chosen to
+// collide can only evict a proxy (costing a parse), never be believed.
+func (m *trustMemo) slot(text string) *atomic.Pointer[string] {
+	h := uint32(len(text))
+	for i := max(len(text)-4, 0); i < len(text); i++ {
+		h = h<<8 | uint32(text[i])
+	}
+	return &m.slots[(h*0x9e3779b1)>>(32-memoBits)]
+}
+
+// has reports whether text was added.
+func (m *trustMemo) has(text string) bool {
+	p := m.slot(text).Load()
+	return p != nil && *p == text
+}
+
+// add remembers text, a trusted proxy's address as written. It copies
+// text, which may be part of a large header.
+func (m *trustMemo) add(text string) {
+	s := strings.Clone(text)
+	m.slot(text).Store(&s)
+}
