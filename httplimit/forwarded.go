@@ -82,6 +82,13 @@ func forwardedPair(line string, i int) (name, val string, next int, ok bool) {
 // starts at line[i], a '"'. It returns the unescaped content and the index
 // after the closing quote.
 func quotedString(line string, i int) (string, int, bool) {
+	// Most values, an IPv6 address in brackets, have no quoted-pair: find
+	// the closing quote at once and check the bytes before it.
+	if n := strings.IndexByte(line[i+1:], '"'); n >= 0 {
+		if s := line[i+1 : i+1+n]; allQdtext(s) {
+			return s, i + n + 2, true
+		}
+	}
 	escaped := false
 	for j := i + 1; j < len(line); j++ {
 		c := line[j]
@@ -157,6 +164,16 @@ var qdtext = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// allQdtext reports whether every byte of s is qdtext.
+func allQdtext(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !qdtext[s[i]] {
+			return false
+		}
+	}
+	return true
+}
 
 // isQuotedPairChar reports whether c may follow a backslash.
 func isQuotedPairChar(c byte) bool {

@@ -28,3 +28,45 @@ func TestIsQdtext(t *testing.T) {
 		}
 	}
 }
+
+// refQuotedString is RFC 9110's quoted-string, byte by byte.
+func refQuotedString(line string, i int) (string, int, bool) {
+	var b strings.Builder
+	for j := i + 1; j < len(line); j++ {
+		c := line[j]
+		switch {
+		case c == '"':
+			return b.String(), j + 1, true
+		case c == '\\':
+			j++
+			if j >= len(line) || !(line[j] == '\t' || 0x20 <= line[j] && line[j] <= 0x7e || line[j] >= 0x80) {
+				return "", i, false
+			}
+			b.WriteByte(line[j])
+		case c == '\t' || c == ' ' || c == 0x21 || 0x23 <= c && c <= 0x5b || 0x5d <= c && c <= 0x7e || c >= 0x80:
+			b.WriteByte(c)
+		default:
+			return "", i, false
+		}
+	}
+	return "", i, false
+}
+
+// FuzzQuotedString holds quotedString, with its fast path for values
+// without a quoted-pair, to refQuotedString.
+func FuzzQuotedString(f *testing.F) {
+	for _, s := range []string{`"[2001:db8::1]:4711", for=x`, `"a\"b"`, `"a\\"`, `"open`, "\"a\x01b\"", `"\`, `""`,
+		"\"tab\there\"", "\"del\x7f\"", `"x" "y"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		if !strings.HasPrefix(line, `"`) {
+			line = `"` + line
+		}
+		got, gotNext, gotOK := quotedString(line, 0)
+		want, wantNext, wantOK := refQuotedString(line, 0)
+		if got != want || gotNext != wantNext || gotOK != wantOK {
+			t.Fatalf("quotedString(%q) = %q, %d, %v; want %q, %d, %v", line, got, gotNext, gotOK, want, wantNext, wantOK)
+		}
+	})
+}
