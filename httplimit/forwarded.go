@@ -33,7 +33,7 @@ func forwardedFors(line string, fors []string) (_ []string, ok bool) {
 				return fors, false
 			}
 			pairs++
-			if len(name) == len("for") && strings.EqualFold(name, "for") {
+			if isFor(name) {
 				if hasFor {
 					return fors, false
 				}
@@ -178,4 +178,10 @@ func allQdtext(s string) bool {
 // isQuotedPairChar reports whether c may follow a backslash.
 func isQuotedPairChar(c byte) bool {
 	return c == '\t' || (0x20 <= c && c <= 0x7e) || c >= 0x80
+}
+
+// isFor reports whether a parameter name is "for", in any case. It is
+// strings.EqualFold unrolled: that call was a tenth of the parser's time.
+func isFor(name string) bool {
+	return len(name) == 3 && name[0]|0x20 == 'f' && name[1]|0x20 == 'o' && name[2]|0x20 == 'r'
 }
