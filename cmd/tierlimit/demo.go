@@ -58,7 +58,8 @@ type hybridCounts struct {
 	breakerOpens int64         // circuit breaker openings, all members
 	opened       time.Duration // the slowest member's breaker opened this long after the kill
 	closed       time.Duration // and closed this long after the restart
-	breakerOK    bool          // every member's breaker opened and closed again
+	allOpened    bool          // every member's breaker opened during the outage
+	allClosed    bool          // and closed again after the restart
 }
 
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -184,7 +185,7 @@ func outageRun(ctx context.Context, srv *server, limit tierlimit.Limit, d time.D
 		if f.strategy == stratHybrid {
 			st := f.hybridStats()
 			res.hybrid = hybridCounts{fallback: st.Fallback, breakerOpens: st.BreakerOpens}
-			res.hybrid.opened, res.hybrid.closed, res.hybrid.breakerOK = f.breakerTimes(
+			res.hybrid.opened, res.hybrid.closed, res.hybrid.allOpened, res.hybrid.allClosed = f.breakerTimes(
 				tl.start.Add(tl.changedAt(phaseDown)), tl.start.Add(tl.changedAt(phaseAfter)))
 		}
 	}
@@ -319,9 +320,13 @@ func printOutage(w io.Writer, res demoResult, limit tierlimit.Limit) error {
 			h := res.hybrid
 			fmt.Fprintf(w, "- hybrid: no call failed: %s decisions came from the local fallback, at %v per instance (%v for the fleet).\n",
 				count(h.fallback), share(limit, demoInstances), limit)
-			if h.breakerOK {
-				fmt.Fprintf(w, "  Its circuit breakers opened within %v of the kill (%d openings in all: each failed probe reopens one) and closed within %v of the restart.\n",
-					h.opened.Round(time.Millisecond), h.breakerOpens, h.closed.Round(time.Millisecond))
+			if h.allOpened {
+				closed := "had not all closed by the end of the run"
+				if h.allClosed {
+					closed = fmt.Sprintf("closed within %v of the restart", h.closed.Round(time.Millisecond))
+				}
+				fmt.Fprintf(w, "  Its circuit breakers opened within %v of the kill (%d openings in all: each failed probe reopens one) and %s.\n",
+					h.opened.Round(time.Millisecond), h.breakerOpens, closed)
 			}
 			fmt.Fprintf(w, "  When Redis dies, the instances first spend the leases they hold, and the fallback buckets start full: one burst more.\n")
 		case failed > 0 && down == 0:

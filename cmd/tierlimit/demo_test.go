@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // number parses a table cell such as "1,234" or "0.0153".
@@ -18,6 +19,10 @@ func number(t *testing.T, cell string) float64 {
 	}
 	return v
 }
+
+// maxBreakerOpen bounds how long after the kill hybrid's breakers open in
+// the demo: about 20 ms when a call against a dead Redis fails at once.
+const maxBreakerOpen = 150 * time.Millisecond
 
 // TestDemoShort runs the whole demo briefly on the embedded Redis and checks
 // its promises: every strategy has a row, hybrid makes at most 1/20 of
@@ -73,6 +78,15 @@ func TestDemoShort(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "hybrid: no call failed") || !strings.Contains(stdout, "Chart of the outage run written to "+chart) {
 		t.Errorf("demo output lacks the hybrid note or the chart's path:\n%s", stdout)
+	}
+
+	// A call against the dead Redis must fail at once, so that hybrid's
+	// breakers open within milliseconds (go-redis before v9.18 held each
+	// failed dial 100 ms by default, and they opened after 300 ms).
+	if _, rest, ok := strings.Cut(stdout, "Its circuit breakers opened within "); !ok {
+		t.Errorf("demo output lacks the breakers' note:\n%s", stdout)
+	} else if d, err := time.ParseDuration(strings.Fields(rest)[0]); err != nil || d > maxBreakerOpen {
+		t.Errorf("hybrid's breakers opened %q after the kill, want within %v", strings.Fields(rest)[0], maxBreakerOpen)
 	}
 
 	f, err := os.Open(chart)

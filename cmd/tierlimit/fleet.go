@@ -157,12 +157,13 @@ func (f *fleet) observeBreaker(i int) func(tierlimit.BreakerChange) {
 }
 
 // breakerTimes returns, over the hybrid members, the longest each took to
-// open its breaker after down and to close it again after up; ok is false
-// when some member did not.
-func (f *fleet) breakerTimes(down, up time.Time) (opened, closed time.Duration, ok bool) {
+// open its breaker after down (Redis killed) and to close it after up
+// (Redis restarted). allOpened (allClosed) is true when every member's
+// breaker opened (closed) in that time.
+func (f *fleet) breakerTimes(down, up time.Time) (openedIn, closedIn time.Duration, allOpened, allClosed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ok = len(f.breakers) > 0
+	allOpened, allClosed = len(f.breakers) > 0, len(f.breakers) > 0
 	for _, events := range f.breakers {
 		var o, c time.Duration = -1, -1
 		for _, e := range events {
@@ -173,10 +174,10 @@ func (f *fleet) breakerTimes(down, up time.Time) (opened, closed time.Duration, 
 				c = e.at.Sub(up)
 			}
 		}
-		ok = ok && o >= 0 && c >= 0
-		opened, closed = max(opened, o), max(closed, c)
+		allOpened, allClosed = allOpened && o >= 0, allClosed && c >= 0
+		openedIn, closedIn = max(openedIn, o), max(closedIn, c)
 	}
-	return opened, closed, ok
+	return openedIn, closedIn, allOpened, allClosed
 }
 
 // share is one of n instances' part of limit, at least one event per period.

@@ -83,7 +83,7 @@ func parseRedisURL(url string) (*redis.Options, error) {
 // ping checks that Redis answers, with one short dial.
 func (s *server) ping(ctx context.Context) error {
 	o := *s.base
-	o.DialTimeout, o.MaxRetries, o.DialerRetries = time.Second, -1, 1
+	o.DialTimeout, o.MaxRetries, o.DialerRetries, o.DialerRetryTimeout = time.Second, -1, 1, time.Microsecond
 	rdb := redis.NewClient(&o)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
@@ -103,7 +103,12 @@ func (s *server) client(pool int, hooks ...redis.Hook) *redis.Client {
 	o := *s.base
 	o.ContextTimeoutEnabled = true
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout, ioTimeout, ioTimeout
-	o.MaxRetries, o.DialerRetries = -1, 1
+	// One dial attempt, and no pause after it: go-redis before v9.18
+	// sleeps DialerRetryTimeout (100 ms by default) after every failed
+	// attempt, the last too, which held each call against a dead Redis
+	// for 100 ms and opened hybrid's breakers 300 ms after the kill
+	// rather than 20.
+	o.MaxRetries, o.DialerRetries, o.DialerRetryTimeout = -1, 1, time.Microsecond
 	o.PoolSize = pool
 	rdb := redis.NewClient(&o)
 	for _, h := range hooks {
