@@ -82,8 +82,11 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 		return err
 	}
 	defer stopRedis()
-	// Lets the hybrid tier's per-call budget cut a stalled call short.
+	// Lets the hybrid tier's per-call budget cut a stalled call short, and
+	// makes a call against a dead Redis fail at once rather than after
+	// go-redis's dial retries (see docs/operations.md).
 	opts.ContextTimeoutEnabled = true
+	opts.DialerRetries, opts.DialerRetryTimeout = 1, time.Microsecond
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 
