@@ -158,6 +158,31 @@ func BenchmarkOverheadPaired(b *testing.B) {
 	}
 }
 
+// BenchmarkClientIP resolves the client of each BenchmarkOverhead case
+// alone, with the resolver's memos of trusted proxies (memo=on) and
+// without (memo=off). Compare with benchstat -col /memo.
+func BenchmarkClientIP(b *testing.B) {
+	for _, tc := range overheadCases {
+		r, _, _, _ := tc.setup(b)
+		on := &mustNew(b, benchLimiter, tc.opts...).ip
+		off := *on
+		off.peers, off.hops = nil, nil
+		for _, v := range []struct {
+			name string
+			rs   *resolver
+		}{{"on", on}, {"off", &off}} {
+			b.Run(tc.name+"/memo="+v.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if key, _ := v.rs.clientIP(r); key != tc.key {
+						b.Fatalf("key %q, want %q", key, tc.key)
+					}
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkOverheadParallel runs the middleware from every core: it keeps
 // no shared mutable state, so it should scale as the limiter does.
 func BenchmarkOverheadParallel(b *testing.B) {
