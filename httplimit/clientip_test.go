@@ -1,8 +1,10 @@
 package httplimit
 
 import (
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -133,5 +135,44 @@ func TestTrustMemo(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTrustMemoConcurrent resolves requests from more IPv6 proxies than
+// the memos have slots, from several goroutines at once (run it with
+// -race): slots are replaced under readers, and every key must still be
+// the one a resolver without memos gives.
+func TestTrustMemoConcurrent(t *testing.T) {
+	rs := &mustNew(t, &constLimiter{}, WithTrustedProxies("2001:db8:ffff::/48")).ip
+	plain := *rs
+	plain.peers, plain.hops = nil, nil
+	const (
+		goroutines = 8
+		requests   = 2000
+		proxies    = 2 * memoSlots
+	)
+	var wg sync.WaitGroup
+	errs := make(chan string, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range requests {
+				p, c := (g*requests+i)%proxies, 1+(g*7+i)%1000
+				r := request(fmt.Sprintf("[2001:db8:ffff::%x]:1", p+1),
+					"X-Forwarded-For", fmt.Sprintf("2001:db8:%x::1, 2001:db8:ffff:1::%x", c, p+1))
+				got, _ := rs.clientIP(r)
+				want, _ := plain.clientIP(r)
+				if got != want || want != fmt.Sprintf("2001:db8:%x::", c) {
+					errs <- fmt.Sprintf("request %d of goroutine %d: key %q with memos, %q without", i, g, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
