@@ -41,18 +41,33 @@ func TestConcurrencyExact(t *testing.T) {
 				}
 				ds[i] = d
 			}
-			// Start on a window boundary of the server's clock and stop
-			// early enough that calls in flight end before the second
-			// window does.
-			start := alignToServerSecond(t, rdbs[0])
-			deadline := start.Add(2*time.Second - 100*time.Millisecond)
-			var admitted, calls atomic.Int64
-			var wg sync.WaitGroup
+			// Every goroutine first makes a call on another key (dialing
+			// its connection, loading the script), then all start together
+			// on a window boundary of the server's clock and stop early
+			// enough that calls in flight end before the second window
+			// does. Without the warm-up, the first algorithm's run began
+			// with cold pools, and the refill of a full bucket during that
+			// stall (170 ms under -race on a loaded machine) counted in
+			// the bound although nobody could take it.
+			var (
+				admitted, calls atomic.Int64
+				wg, warm        sync.WaitGroup
+				deadline        time.Time
+			)
+			begin := make(chan struct{})
 			for c := 0; c < clients; c++ {
 				for g := 0; g < goroutines; g++ {
 					wg.Add(1)
+					warm.Add(1)
 					go func(d decider) {
 						defer wg.Done()
+						_, err := d.Allow(context.Background(), "warm-up")
+						warm.Done()
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						<-begin
 						for time.Now().Before(deadline) {
 							r, err := d.Allow(context.Background(), "hot")
 							if err != nil {
@@ -67,6 +82,10 @@ func TestConcurrencyExact(t *testing.T) {
 					}(ds[c])
 				}
 			}
+			warm.Wait()
+			start := alignToServerSecond(t, rdbs[0])
+			deadline = start.Add(2*time.Second - 100*time.Millisecond)
+			close(begin)
 			wg.Wait()
 			elapsed := time.Since(start)
 			bound := exactBound(alg.name, limit, elapsed)
