@@ -2,6 +2,8 @@ package httplimit
 
 import (
 	"fmt"
+	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -174,5 +176,40 @@ func TestTrustMemoConcurrent(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+// TestClientIPAllocsManyProxies resolves clients behind 1,024 IPv6
+// proxies in turn, far more than the memos' slots: the memos must not add
+// two allocations to nearly every request by evicting each other's
+// entries. The key costs one; a replaced slot two, in one try of
+// memoReplace per memo, so about 1.25 in all.
+func TestClientIPAllocsManyProxies(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	rs := &mustNew(t, &constLimiter{}, WithTrustedProxies("2001:db8:ffff::/48")).ip
+	const proxies = 1024
+	reqs := make([]*http.Request, proxies)
+	for i := range reqs {
+		reqs[i] = request(fmt.Sprintf("[2001:db8:ffff::%x]:1", i+1),
+			"X-Forwarded-For", fmt.Sprintf("2001:db8:1::1, 2001:db8:ffff:1::%x", i+1))
+	}
+	// testing.AllocsPerRun truncates its average to an integer: count
+	// the allocations of the whole run instead.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const runs = 8 * proxies
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for n := range runs {
+		if key, _ := rs.clientIP(reqs[n%proxies]); key != "2001:db8:1::" {
+			t.Fatalf("key %q", key)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	got := float64(after.Mallocs-before.Mallocs) / runs
+	t.Logf("%.3f allocations per request behind %d proxies", got, proxies)
+	if got > 1.5 {
+		t.Errorf("clientIP allocates %.2f times per request behind %d proxies, want about 1.25", got, proxies)
 	}
 }

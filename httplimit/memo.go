@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 )
@@ -23,7 +24,7 @@ const (
 // behind IPv4 proxies, so the resolver uses them behind an IPv6 peer only.
 //
 // It is a fixed table indexed by a hash of the text; a text that lands on
-// a taken slot replaces it. Only texts that parsed as trusted addresses
+// a taken slot replaces it now and then (see add). Only texts that parsed as trusted addresses
 // are added, so a client cannot fill it, and a miss costs what the lookup
 // saves plus, for a trusted text, its copy. A trustMemo is safe for
 // concurrent use.
@@ -51,9 +52,22 @@ func (m *trustMemo) has(text string) bool {
 	return p != nil && *p == text
 }
 
-// add remembers text, a trusted proxy's address as written. It copies
-// text, which may be part of a large header.
+// memoReplace is how rarely add replaces a taken slot: once in that many
+// tries. An empty slot is always filled.
+const memoReplace = 16
+
+// add remembers text, a trusted proxy's address as written, copying it
+// out of what may be a large header. A taken slot is replaced once in
+// memoReplace tries, chosen at random: behind more proxies than slots (the
+// edge addresses of a CDN, say) every request could otherwise evict
+// another proxy and pay two allocations for it; this way it pays them on
+// one request in memoReplace, and the memo still follows a fleet whose
+// addresses change.
 func (m *trustMemo) add(text string) {
+	p := m.slot(text)
+	if p.Load() != nil && rand.Uint32()%memoReplace != 0 {
+		return
+	}
 	s := strings.Clone(text)
-	m.slot(text).Store(&s)
+	p.Store(&s)
 }
