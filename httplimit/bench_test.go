@@ -58,6 +58,10 @@ var overheadCases = []overheadCase{
 	{"peer=proxy", "10.0.0.1:50000", []string{"X-Forwarded-For", "198.51.100.7, 10.0.0.2"}, "198.51.100.7",
 		[]Option{WithTrustedProxies("10.0.0.0/8")}},
 	{"peer=ipv4-legacy", "192.0.2.1:50000", nil, "192.0.2.1", []Option{WithLegacyHeaders()}},
+	// A client that reaches the service past its proxies: its header is
+	// not believed.
+	{"peer=untrusted", "192.0.2.1:50000", []string{"X-Forwarded-For", "198.51.100.7"}, "192.0.2.1",
+		[]Option{WithTrustedProxies("10.0.0.0/8")}},
 	{"peer=proxy-ipv6", "[2001:db8:ffff::1]:50000",
 		[]string{"X-Forwarded-For", "2001:db8:1:2:3:4:5:6, 2001:db8:ffff::2"}, "2001:db8:1:2::",
 		[]Option{WithTrustedProxies("10.0.0.0/8", "2001:db8:ffff::/48")}},

@@ -46,28 +46,44 @@ func (rs *resolver) clientIP(r *http.Request) (string, bool) {
 		}
 		return rs.peerKey(r.RemoteAddr)
 	}
-	// Behind an IPv6 peer ("[addr]:port"), proxies are remembered.
-	memo := rs.peers != nil && r.RemoteAddr != "" && r.RemoteAddr[0] == '['
-	if !memo || !rs.peers.has(remoteHost(r.RemoteAddr)) {
-		peer, text, ok := parseRemote(r.RemoteAddr)
-		if !ok || !rs.isTrusted(peer) {
-			return rs.peerKey(r.RemoteAddr)
-		}
-		if memo && text == remoteHost(r.RemoteAddr) {
-			rs.peers.add(text)
-		}
-	}
+	// Behind an IPv6 peer ("[addr]:port"), proxies are remembered; a peer
+	// found in the memo is not parsed unless the header fails.
 	var (
+		peer   netip.Addr
+		ptext  string
+		parsed bool
+		memo   = rs.peers != nil && r.RemoteAddr != "" && r.RemoteAddr[0] == '['
+		host   string
 		client netip.Addr
 		ctext  string
 		found  bool
 	)
+	if memo {
+		host = remoteHost(r.RemoteAddr)
+	}
+	if !memo || !rs.peers.has(host) {
+		var ok bool
+		peer, ptext, ok = parseRemote(r.RemoteAddr)
+		if !ok {
+			return r.RemoteAddr, r.RemoteAddr != ""
+		}
+		if !rs.isTrusted(peer) {
+			return rs.key(peer, ptext), true
+		}
+		if memo && ptext == host {
+			rs.peers.add(host)
+		}
+		parsed = true
+	}
 	if rs.forwarded {
 		client, ctext, found = rs.walkForwarded(r.Header[rs.header], memo)
 	} else {
 		client, ctext, found = rs.walkXFF(r.Header[rs.header], memo)
 	}
 	if !found {
+		if parsed {
+			return rs.key(peer, ptext), true
+		}
 		return rs.peerKey(r.RemoteAddr)
 	}
 	if client.Is4() && !short(r.Header[rs.header]) {
