@@ -21,8 +21,9 @@ func number(t *testing.T, cell string) float64 {
 }
 
 // maxBreakerOpen bounds how long after the kill hybrid's breakers open in
-// the demo: about 20 ms when a call against a dead Redis fails at once.
-const maxBreakerOpen = 150 * time.Millisecond
+// the demo. They open in about 20 ms (187 ms seen under -race beside other
+// packages' tests); TestClientFailsFast checks the cause precisely.
+const maxBreakerOpen = time.Second
 
 // TestDemoShort runs the whole demo briefly on the embedded Redis and checks
 // its promises: every strategy has a row, hybrid makes at most 1/20 of
@@ -80,9 +81,7 @@ func TestDemoShort(t *testing.T) {
 		t.Errorf("demo output lacks the hybrid note or the chart's path:\n%s", stdout)
 	}
 
-	// A call against the dead Redis must fail at once, so that hybrid's
-	// breakers open within milliseconds (go-redis before v9.18 held each
-	// failed dial 100 ms by default, and they opened after 300 ms).
+	// Hybrid's breakers open soon after the kill.
 	if _, rest, ok := strings.Cut(stdout, "Its circuit breakers opened within "); !ok {
 		t.Errorf("demo output lacks the breakers' note:\n%s", stdout)
 	} else if d, err := time.ParseDuration(strings.Fields(rest)[0]); err != nil || d > maxBreakerOpen {
