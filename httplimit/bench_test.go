@@ -2,8 +2,13 @@ package httplimit
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,59 +48,197 @@ var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request)
 
 // overheadCase is a request BenchmarkOverhead serves: from remote, with
 // the header fields in header (name, value, ...), for a middleware built
-// with opts that should key it as key.
+// with opts that should key it as key. client is the client's address as
+// the request writes it, which manyClients varies.
 type overheadCase struct {
 	name   string
 	remote string
 	header []string
+	client string
 	key    string
 	opts   []Option
 }
 
 var overheadCases = []overheadCase{
-	{"peer=ipv4", "192.0.2.1:50000", nil, "192.0.2.1", nil},
-	{"peer=ipv6", "[2001:db8:1:2:3:4:5:6]:50000", nil, "2001:db8:1:2::", nil},
-	{"peer=proxy", "10.0.0.1:50000", []string{"X-Forwarded-For", "198.51.100.7, 10.0.0.2"}, "198.51.100.7",
+	{"peer=ipv4", "192.0.2.1:50000", nil, "192.0.2.1", "192.0.2.1", nil},
+	{"peer=ipv6", "[2001:db8:1:2:3:4:5:6]:50000", nil, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::", nil},
+	{"peer=proxy", "10.0.0.1:50000", []string{"X-Forwarded-For", "198.51.100.7, 10.0.0.2"}, "198.51.100.7", "198.51.100.7",
 		[]Option{WithTrustedProxies("10.0.0.0/8")}},
-	{"peer=ipv4-legacy", "192.0.2.1:50000", nil, "192.0.2.1", []Option{WithLegacyHeaders()}},
+	{"peer=ipv4-legacy", "192.0.2.1:50000", nil, "192.0.2.1", "192.0.2.1", []Option{WithLegacyHeaders()}},
 	// A client that reaches the service past its proxies: its header is
 	// not believed.
-	{"peer=untrusted", "192.0.2.1:50000", []string{"X-Forwarded-For", "198.51.100.7"}, "192.0.2.1",
+	{"peer=untrusted", "192.0.2.1:50000", []string{"X-Forwarded-For", "198.51.100.7"}, "192.0.2.1", "192.0.2.1",
 		[]Option{WithTrustedProxies("10.0.0.0/8")}},
 	{"peer=proxy-ipv6", "[2001:db8:ffff::1]:50000",
-		[]string{"X-Forwarded-For", "2001:db8:1:2:3:4:5:6, 2001:db8:ffff::2"}, "2001:db8:1:2::",
+		[]string{"X-Forwarded-For", "2001:db8:1:2:3:4:5:6, 2001:db8:ffff::2"}, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::",
 		[]Option{WithTrustedProxies("10.0.0.0/8", "2001:db8:ffff::/48")}},
 	{"peer=proxy-forwarded", "10.0.0.1:50000",
-		[]string{"Forwarded", "for=198.51.100.7;proto=https, for=10.0.0.2"}, "198.51.100.7",
+		[]string{"Forwarded", "for=198.51.100.7;proto=https, for=10.0.0.2"}, "198.51.100.7", "198.51.100.7",
 		[]Option{WithTrustedProxies("10.0.0.0/8"), WithProxyHeader(HeaderForwarded)}},
 	{"peer=proxy-forwarded-ipv6", "[2001:db8:ffff::1]:50000",
-		[]string{"Forwarded", `for="[2001:db8:1:2:3:4:5:6]:4711", for="[2001:db8:ffff::2]"`}, "2001:db8:1:2::",
+		[]string{"Forwarded", `for="[2001:db8:1:2:3:4:5:6]:4711", for="[2001:db8:ffff::2]"`}, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::",
 		[]Option{WithTrustedProxies("2001:db8:ffff::/48"), WithProxyHeader(HeaderForwarded)}},
 }
 
-// setup returns the case's request, a writer, the direct path (the
-// limiter, then the handler) and the middleware's handler.
-func (tc overheadCase) setup(b *testing.B) (r *http.Request, w *nopWriter, direct func(), limited http.Handler) {
-	r = httptest.NewRequest(http.MethodGet, "/", nil)
-	r.RemoteAddr = tc.remote
-	for i := 0; i+1 < len(tc.header); i += 2 {
-		r.Header.Add(tc.header[i], tc.header[i+1])
-	}
-	w = &nopWriter{h: http.Header{}}
-	ctx := r.Context()
-	direct = func() {
-		res, err := benchLimiter.AllowN(ctx, tc.key, 1)
-		if err != nil || !res.Allowed {
-			b.Fatalf("AllowN = %+v, %v", res, err)
+// manyClients is the number of clients of the clients=many benchmarks:
+// far more than the resolver remembers, so that nearly every request is
+// from a client it does not know.
+const manyClients = 4096
+
+// clients returns n variants of tc, each from another client (the same
+// one if n is 1): another /64 for IPv6.
+func (tc overheadCase) clients(n int) []overheadCase {
+	out := make([]overheadCase, n)
+	for i := range out {
+		v := tc
+		if n > 1 {
+			if strings.Contains(tc.client, ":") {
+				v.client = fmt.Sprintf("2001:db8:%x:2:3:4:5:6", i+1)
+				v.key = fmt.Sprintf("2001:db8:%x:2::", i+1)
+			} else {
+				v.client = fmt.Sprintf("198.18.%d.%d", i>>8, i&0xff)
+				v.key = v.client
+			}
+			v.remote = strings.Replace(tc.remote, tc.client, v.client, 1)
+			v.header = slices.Clone(tc.header)
+			for j := 1; j < len(v.header); j += 2 {
+				v.header[j] = strings.Replace(v.header[j], tc.client, v.client, 1)
+			}
 		}
-		benchHandler.ServeHTTP(w, r)
+		out[i] = v
 	}
+	return out
+}
+
+// bench is what a benchmark of one case runs: the middleware's handler
+// and the direct path (the limiter, then the handler), for requests from
+// one or many clients in turn. The requests are one, rewritten for each
+// client: a server resolves a request it has just read, whose fields are
+// in the CPU's caches, and thousands of stored requests would not be.
+type bench struct {
+	r       *http.Request
+	line    []string // r's proxy header field, if any
+	clients []overheadCase
+	order   []int // indexes of clients, in the order they send requests
+	w       *nopWriter
+	limited http.Handler
+	i       int
+	sink    byte
+}
+
+// setup returns the bench of tc with the clients of mix.
+func (tc overheadCase) setup(b *testing.B, mix clientMix) *bench {
 	m, err := New(benchLimiter, tc.opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return r, w, direct, m.Handler(benchHandler)
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	bn := &bench{r: r, clients: tc.clients(mix.n), order: mix.order(), w: &nopWriter{h: http.Header{}}, limited: m.Handler(benchHandler)}
+	if len(tc.header) == 2 {
+		bn.line = []string{tc.header[1]}
+		r.Header[http.CanonicalHeaderKey(tc.header[0])] = bn.line
+	}
+	return bn
 }
+
+// next returns the next client's request and its key.
+func (bn *bench) next() (*http.Request, string) {
+	c := &bn.clients[bn.order[bn.i]]
+	if bn.i++; bn.i == len(bn.order) {
+		bn.i = 0
+	}
+	bn.r.RemoteAddr = c.remote
+	if bn.line != nil {
+		bn.line[0] = c.header[1]
+	}
+	// A server has just written the request's strings: bring them into
+	// the caches, for both paths alike.
+	bn.sink += touch(c.remote) + touch(c.key)
+	if bn.line != nil {
+		bn.sink += touch(bn.line[0])
+	}
+	return bn.r, c.key
+}
+
+// touch reads every byte of s.
+func touch(s string) byte {
+	var x byte
+	for i := 0; i < len(s); i++ {
+		x ^= s[i]
+	}
+	return x
+}
+
+// direct serves the next request without the middleware.
+func (bn *bench) direct() {
+	r, key := bn.next()
+	clear(bn.w.h)
+	res, err := benchLimiter.AllowN(r.Context(), key, 1)
+	if err != nil || !res.Allowed {
+		panic(fmt.Sprintf("AllowN = %+v, %v", res, err))
+	}
+	benchHandler.ServeHTTP(bn.w, r)
+}
+
+// serve serves the next request through the middleware.
+func (bn *bench) serve() {
+	r, _ := bn.next()
+	clear(bn.w.h)
+	bn.limited.ServeHTTP(bn.w, r)
+}
+
+// allocs returns the average number of allocations of f over runs calls
+// (testing.AllocsPerRun truncates it to an integer).
+func allocs(runs int, f func()) float64 {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	f() // warm up
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / float64(runs)
+}
+
+// clientMix is who sends the requests of a benchmark: n clients, with
+// Zipf-distributed request counts if zipf, else in turn.
+type clientMix struct {
+	name string
+	n    int
+	zipf bool
+}
+
+// order returns the indexes of the clients that send the requests, in
+// turn: a fixed sequence, so that runs compare.
+func (mix clientMix) order() []int {
+	if !mix.zipf {
+		return slices.Collect(func(yield func(int) bool) {
+			for i := range mix.n {
+				if !yield(i) {
+					return
+				}
+			}
+		})
+	}
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), zipfS, 1, uint64(mix.n-1))
+	out := make([]int, 16*mix.n)
+	for i := range out {
+		out[i] = int(z.Uint64())
+	}
+	return out
+}
+
+// zipfS is the exponent of the Zipf distribution of clients=zipf: web
+// traffic by client is heavy-tailed, its exponent near 1. With 1.1, the
+// 32 busiest of 4,096 clients send 57% of the requests.
+const zipfS = 1.1
+
+// clientMixes are the clients= dimension of the overhead benchmarks: one
+// client, known to the resolver after its first request; manyClients in
+// turn, nearly all unknown; or manyClients sending Zipf-distributed
+// numbers of requests.
+var clientMixes = []clientMix{{"one", 1, false}, {"many", manyClients, false}, {"zipf", manyClients, true}}
 
 // BenchmarkOverhead compares calling the limiter directly and then the
 // handler (impl=direct) with the middleware doing the same plus key
@@ -106,24 +249,24 @@ func (tc overheadCase) setup(b *testing.B) (r *http.Request, w *nopWriter, direc
 // BenchmarkOverheadPaired measures the difference less noisily.
 func BenchmarkOverhead(b *testing.B) {
 	for _, tc := range overheadCases {
-		r, w, direct, h := tc.setup(b)
-		b.Run(tc.name+"/impl=direct", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				clear(w.h)
-				direct()
-			}
-		})
-		b.Run(tc.name+"/impl=middleware", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				clear(w.h)
-				h.ServeHTTP(w, r)
-			}
-			if w.h.Get("RateLimit") == "" {
-				b.Fatal("no RateLimit field")
-			}
-		})
+		for _, cc := range clientMixes {
+			bn := tc.setup(b, cc)
+			b.Run(tc.name+"/clients="+cc.name+"/impl=direct", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					bn.direct()
+				}
+			})
+			b.Run(tc.name+"/clients="+cc.name+"/impl=middleware", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					bn.serve()
+				}
+				if bn.w.h.Get("RateLimit") == "" {
+					b.Fatal("no RateLimit field")
+				}
+			})
+		}
 	}
 }
 
@@ -136,53 +279,57 @@ func BenchmarkOverhead(b *testing.B) {
 func BenchmarkOverheadPaired(b *testing.B) {
 	const pairBatch = 64
 	for _, tc := range overheadCases {
-		b.Run(tc.name, func(b *testing.B) {
-			r, w, direct, h := tc.setup(b)
-			limited := func() { h.ServeHTTP(w, r) }
-			var allocs [2]float64
-			for i, f := range []func(){direct, limited} {
-				allocs[i] = testing.AllocsPerRun(100, func() { clear(w.h); f() })
-			}
-			var ns [2]time.Duration
-			for b.Loop() {
-				for i, f := range []func(){direct, limited} {
-					t0 := time.Now()
-					for range pairBatch {
-						clear(w.h)
-						f()
-					}
-					ns[i] += time.Since(t0)
+		for _, cc := range clientMixes {
+			b.Run(tc.name+"/clients="+cc.name, func(b *testing.B) {
+				bn := tc.setup(b, cc)
+				paths := []func(){bn.direct, bn.serve}
+				var as [2]float64
+				for i, f := range paths {
+					as[i] = allocs(2*manyClients, f)
 				}
-			}
-			reqs := float64(b.N * pairBatch)
-			b.ReportMetric(float64(ns[0])/reqs, "direct-ns")
-			b.ReportMetric(float64(ns[1]-ns[0])/reqs, "overhead-ns")
-			b.ReportMetric(allocs[1]-allocs[0], "overhead-allocs")
-		})
+				var ns [2]time.Duration
+				for b.Loop() {
+					for i, f := range paths {
+						t0 := time.Now()
+						for range pairBatch {
+							f()
+						}
+						ns[i] += time.Since(t0)
+					}
+				}
+				reqs := float64(b.N * pairBatch)
+				b.ReportMetric(float64(ns[0])/reqs, "direct-ns")
+				b.ReportMetric(float64(ns[1]-ns[0])/reqs, "overhead-ns")
+				b.ReportMetric(as[1]-as[0], "overhead-allocs")
+			})
+		}
 	}
 }
 
 // BenchmarkClientIP resolves the client of each BenchmarkOverhead case
-// alone, with the resolver's memos of trusted proxies (memo=on) and
+// alone, with the resolver's memos of proxies and clients (memo=on) and
 // without (memo=off). Compare with benchstat -col /memo.
 func BenchmarkClientIP(b *testing.B) {
 	for _, tc := range overheadCases {
-		r, _, _, _ := tc.setup(b)
-		on := &mustNew(b, benchLimiter, tc.opts...).ip
-		off := *on
-		off.peers, off.hops = nil, nil
-		for _, v := range []struct {
-			name string
-			rs   *resolver
-		}{{"on", on}, {"off", &off}} {
-			b.Run(tc.name+"/memo="+v.name, func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					if key, _ := v.rs.clientIP(r); key != tc.key {
-						b.Fatalf("key %q, want %q", key, tc.key)
+		for _, cc := range clientMixes {
+			bn := tc.setup(b, cc)
+			on := &mustNew(b, benchLimiter, tc.opts...).ip
+			off := *on
+			off.peers, off.hops, off.clients = nil, nil, nil
+			for _, v := range []struct {
+				name string
+				rs   *resolver
+			}{{"on", on}, {"off", &off}} {
+				b.Run(tc.name+"/clients="+cc.name+"/memo="+v.name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						r, want := bn.next()
+						if key, _ := v.rs.clientIP(r); key != want {
+							b.Fatalf("key %q, want %q", key, want)
+						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }

@@ -19,12 +19,15 @@ type resolver struct {
 	// because one text can mean different things in the two places. Nil
 	// when no proxy is trusted.
 	peers, hops *trustMemo
+	// clients remembers the keys of clients, wherever they were found:
+	// its texts are addresses without brackets or port.
+	clients *keyMemo
 }
 
 // newResolver returns the resolver cfg describes.
 func newResolver(cfg *config) resolver {
 	rs := resolver{trusted: cfg.trusted, header: cfg.header,
-		forwarded: cfg.header == HeaderForwarded, v6bits: cfg.v6bits}
+		forwarded: cfg.header == HeaderForwarded, v6bits: cfg.v6bits, clients: newKeyMemo()}
 	if len(rs.trusted) > 0 {
 		rs.peers, rs.hops = newTrustMemo(), newTrustMemo()
 	}
@@ -44,64 +47,66 @@ func (rs *resolver) clientIP(r *http.Request) (string, bool) {
 		if host, ok := plainIPv4(r.RemoteAddr); ok {
 			return host, true
 		}
-		return rs.peerKey(r.RemoteAddr)
 	}
-	// Behind an IPv6 peer ("[addr]:port"), proxies are remembered; a peer
-	// found in the memo is not parsed unless the header fails.
+	// A peer remembered as a proxy is not parsed unless the header fails.
 	var (
+		host   = remoteHost(r.RemoteAddr)
 		peer   netip.Addr
-		ptext  string
+		text   string
 		parsed bool
-		memo   = rs.peers != nil && r.RemoteAddr != "" && r.RemoteAddr[0] == '['
-		host   string
-		client netip.Addr
-		ctext  string
-		found  bool
 	)
-	if memo {
-		host = remoteHost(r.RemoteAddr)
-	}
-	if !memo || !rs.peers.has(host) {
-		var ok bool
-		peer, ptext, ok = parseRemote(r.RemoteAddr)
-		if !ok {
-			return r.RemoteAddr, r.RemoteAddr != ""
+	if !rs.peers.has(host) {
+		key, a, t, proxy := rs.peerKey(r.RemoteAddr, host)
+		if !proxy {
+			return key, key != ""
 		}
-		if !rs.isTrusted(peer) {
-			return rs.key(peer, ptext), true
-		}
-		if memo && ptext == host {
+		if t == host {
 			rs.peers.add(host)
 		}
-		parsed = true
+		peer, text, parsed = a, t, true
 	}
+	var (
+		key   string
+		found bool
+	)
 	if rs.forwarded {
-		client, ctext, found = rs.walkForwarded(r.Header[rs.header], memo)
+		key, found = rs.walkForwarded(r.Header[rs.header])
 	} else {
-		client, ctext, found = rs.walkXFF(r.Header[rs.header], memo)
+		key, found = rs.walkXFF(r.Header[rs.header])
 	}
-	if !found {
-		if parsed {
-			return rs.key(peer, ptext), true
-		}
-		return rs.peerKey(r.RemoteAddr)
+	if found {
+		return key, true
 	}
-	if client.Is4() && !short(r.Header[rs.header]) {
-		// An IPv4 key is its text in the header, and may live as long as
-		// the limiter tracks it: copy it out of a header that may be large.
-		// Any other key is a new string already.
-		return strings.Clone(ctext), true
-	}
-	return rs.key(client, ctext), true
-}
-
-// peerKey returns the key of the peer whose RemoteAddr is remote.
-func (rs *resolver) peerKey(remote string) (string, bool) {
-	peer, text, ok := parseRemote(remote)
-	if !ok {
-		return remote, remote != ""
+	// The peer is a trusted proxy, whose key is not remembered.
+	if !parsed {
+		peer, text, _ = parseRemote(r.RemoteAddr) // parsed before it was remembered
 	}
 	return rs.key(peer, text), true
+}
+
+// peerKey returns the key of the peer whose RemoteAddr is remote, and
+// whose host (remoteHost) is host, unless the peer is a trusted proxy:
+// then it returns the peer's address and its text, and proxy true. A
+// RemoteAddr that is not an address is the key as it is.
+func (rs *resolver) peerKey(remote, host string) (key string, peer netip.Addr, text string, proxy bool) {
+	var slot *keySlot
+	if isBracketed(remote) {
+		s, key, ok := rs.clients.lookup(host)
+		if ok {
+			return key, netip.Addr{}, "", false
+		}
+		slot = s
+	}
+	peer, text, ok := parseRemote(remote)
+	switch {
+	case !ok:
+		return remote, netip.Addr{}, "", false
+	case rs.isTrusted(peer):
+		return "", peer, text, true
+	case text != host:
+		slot = nil // not the text looked up: not remembered
+	}
+	return rs.clientKey(peer, text, nil, slot), netip.Addr{}, "", false
 }
 
 // maxShortHeader is the length up to which a proxy header is short: a key
@@ -140,9 +145,35 @@ func (rs *resolver) key(a netip.Addr, text string) string {
 	case a.Is4In6():
 		return a.Unmap().String()
 	}
-	p, _ := a.WithZone("").Prefix(rs.v6bits) // bits are checked by WithIPv6Prefix
 	var buf [maxIPv6Text]byte
-	return string(appendIPv6(buf[:0], p.Addr()))
+	return string(rs.appendKey6(buf[:0], a))
+}
+
+// clientKey is key for the address a of a client, text as written in
+// RemoteAddr (lines nil) or in the field lines of a proxy header. An IPv4
+// key cut out of a header that is not short is copied: the limiter may
+// keep it as long as it tracks the client. An IPv6 key is remembered in
+// slot, text's slot in the memo of clients (nil for none), if it claims it.
+func (rs *resolver) clientKey(a netip.Addr, text string, lines []string, slot *keySlot) string {
+	switch {
+	case a.Is4() && !short(lines):
+		return strings.Clone(text)
+	case a.Is4(), a.Is4In6():
+		return rs.key(a, text)
+	}
+	var buf [maxIPv6Text]byte
+	key := rs.appendKey6(buf[:0], a)
+	if slot.claim(text) {
+		return slot.remember(text, key)
+	}
+	return string(key)
+}
+
+// appendKey6 appends the key of a, an IPv6 address that is not
+// IPv4-mapped: a masked to v6bits, zone dropped.
+func (rs *resolver) appendKey6(b []byte, a netip.Addr) []byte {
+	p, _ := a.WithZone("").Prefix(rs.v6bits) // bits are checked by WithIPv6Prefix
+	return appendIPv6(b, p.Addr())
 }
 
 // step is what a walk does with one element of a proxy header.
@@ -154,39 +185,53 @@ const (
 	stepMalformed             // not an address: give up on the header
 )
 
-// visit classifies one element of a proxy header, with the memo of hops
-// if memo is true. The address of a trusted one is not returned: it may
-// not have been parsed.
-func (rs *resolver) visit(elem string, memo bool) (netip.Addr, string, step) {
-	if memo && rs.hops.has(elem) {
-		return netip.Addr{}, "", stepTrusted
+// visit classifies one element of a proxy header whose field lines are
+// lines; for the client, it returns the key.
+func (rs *resolver) visit(elem string, lines []string) (string, step) {
+	if rs.hops.has(elem) {
+		return "", stepTrusted
 	}
-	a, text, ok := parseHost(elem)
+	host, f, ok := splitHost(elem)
 	if !ok {
-		return a, text, stepMalformed
+		return "", stepMalformed
+	}
+	var slot *keySlot // only IPv6 clients are remembered
+	if f == formV6 {
+		s, key, ok := rs.clients.lookup(host)
+		if ok {
+			return key, stepClient
+		}
+		slot = s
+	}
+	a, ok := parseForm(host, f)
+	if !ok {
+		return "", stepMalformed
 	}
 	if rs.isTrusted(a) {
-		if memo {
-			rs.hops.add(elem)
-		}
-		return netip.Addr{}, "", stepTrusted
+		rs.hops.add(elem)
+		return "", stepTrusted
 	}
-	return a, text, stepClient
+	return rs.clientKey(a, host, lines, slot), stepClient
 }
 
-// leftmost is the client when every element of a proxy header is a
-// trusted proxy: the left-most one, elem ("" if there was none).
-func leftmost(elem string) (netip.Addr, string, bool) {
+// leftmost is the client's key when every element of a proxy header,
+// whose field lines are lines, is a trusted proxy: the left-most one, elem
+// ("" if there was none).
+func (rs *resolver) leftmost(elem string, lines []string) (string, bool) {
 	if elem == "" {
-		return netip.Addr{}, "", false
+		return "", false
 	}
-	return parseHost(elem)
+	a, text, _ := parseHost(elem) // parsed once already
+	if a.Is4() && !short(lines) {
+		return strings.Clone(text), true
+	}
+	return rs.key(a, text), true
 }
 
 // walkXFF walks X-Forwarded-For right to left, over every field line (a
 // proxy may add a line rather than append to one). Empty list elements are
 // skipped, as RFC 9110 asks of recipients.
-func (rs *resolver) walkXFF(lines []string, memo bool) (netip.Addr, string, bool) {
+func (rs *resolver) walkXFF(lines []string) (string, bool) {
 	var last string // the left-most trusted element so far
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
@@ -201,24 +246,24 @@ func (rs *resolver) walkXFF(lines []string, memo bool) (netip.Addr, string, bool
 			if elem == "" {
 				continue
 			}
-			a, text, s := rs.visit(elem, memo)
+			key, s := rs.visit(elem, lines)
 			switch s {
 			case stepClient:
-				return a, text, true
+				return key, true
 			case stepMalformed:
-				return netip.Addr{}, "", false
+				return "", false
 			}
 			last = elem
 		}
 	}
-	return leftmost(last)
+	return rs.leftmost(last, lines)
 }
 
 // walkForwarded walks the for= parameters of Forwarded (RFC 7239) right to
 // left. A field line that does not parse is malformed as a whole, since its
 // elements cannot be told apart; an element without for=, or whose for= is
 // "unknown" or an obfuscated identifier, is malformed when reached.
-func (rs *resolver) walkForwarded(lines []string, memo bool) (netip.Addr, string, bool) {
+func (rs *resolver) walkForwarded(lines []string) (string, bool) {
 	var (
 		last string // the left-most trusted element so far
 		buf  [8]string
@@ -226,20 +271,20 @@ func (rs *resolver) walkForwarded(lines []string, memo bool) (netip.Addr, string
 	for i := len(lines) - 1; i >= 0; i-- {
 		fors, ok := forwardedFors(lines[i], buf[:0])
 		if !ok {
-			return netip.Addr{}, "", false
+			return "", false
 		}
 		for j := len(fors) - 1; j >= 0; j-- {
-			a, text, s := rs.visit(fors[j], memo)
+			key, s := rs.visit(fors[j], lines)
 			switch s {
 			case stepClient:
-				return a, text, true
+				return key, true
 			case stepMalformed:
-				return netip.Addr{}, "", false
+				return "", false
 			}
 			last = fors[j]
 		}
 	}
-	return leftmost(last)
+	return rs.leftmost(last, lines)
 }
 
 // plainIPv4 returns the host of a RemoteAddr "a.b.c.d:port" without
@@ -275,6 +320,10 @@ func parseRemote(s string) (netip.Addr, string, bool) {
 	return parseHost(s)
 }
 
+// isBracketed reports whether a RemoteAddr is "[host]:port" (or starts
+// as if): the host of an IPv6 peer.
+func isBracketed(remote string) bool { return remote != "" && remote[0] == '[' }
+
 // remoteHost returns RemoteAddr "host:port" without the port and the
 // brackets of an IPv6 host, not checked.
 func remoteHost(s string) string {
@@ -291,49 +340,70 @@ func remoteHost(s string) string {
 // "2001:db8::1", "[2001:db8::1]", or any of these with a port
 // ("192.0.2.1:443", "[2001:db8::1]:443"). It returns the address (zone
 // kept) and its text without brackets or port.
-//
-// The form is told by its syntax before anything is parsed: a failed
-// netip.ParseAddr allocates its error, and trying the whole string first
-// cost two allocations for every "[2001:db8::1]:443" of a Forwarded header.
 func parseHost(s string) (netip.Addr, string, bool) {
-	var (
-		a   netip.Addr
-		err error
-	)
+	host, f, ok := splitHost(s)
+	if !ok {
+		return netip.Addr{}, "", false
+	}
+	a, ok := parseForm(host, f)
+	if !ok {
+		return netip.Addr{}, "", false
+	}
+	return a, host, true
+}
+
+// form is the shape of an address in a proxy header, which says what
+// family it must be.
+type form uint8
+
+const (
+	formAny form = iota // no colon: whatever parses (an IPv4 address)
+	formV6              // in brackets, or with two colons or more: IPv6
+	formV4              // one colon: an IPv4 address and a port
+)
+
+// splitHost takes the brackets and port off an address as parseHost
+// accepts it, checking the port, and tells its form by its syntax, before
+// anything is parsed: a failed netip.ParseAddr allocates its error, and
+// trying the whole string first cost two allocations for every
+// "[2001:db8::1]:443" of a Forwarded header.
+func splitHost(s string) (string, form, bool) {
 	switch i := strings.IndexByte(s, ':'); {
 	case s == "":
-		return netip.Addr{}, "", false
+		return "", 0, false
 	case s[0] == '[':
 		host := s
 		if j := strings.LastIndexByte(s, ':'); j > 0 && s[j-1] == ']' {
 			if !isPort(s[j+1:]) {
-				return netip.Addr{}, "", false
+				return "", 0, false
 			}
 			host = s[:j]
 		}
 		if len(host) <= 2 || host[len(host)-1] != ']' {
-			return netip.Addr{}, "", false
+			return "", 0, false
 		}
-		s = host[1 : len(host)-1]
-		if a, err = netip.ParseAddr(s); err != nil || !a.Is6() {
-			return netip.Addr{}, "", false
-		}
+		return host[1 : len(host)-1], formV6, true
+	case i < 0:
+		return s, formAny, true
 	case i > 0 && i == strings.LastIndexByte(s, ':'):
 		// One colon: an IPv4 address and a port (an IPv6 address has two
 		// colons at least).
 		if !isPort(s[i+1:]) {
-			return netip.Addr{}, "", false
+			return "", 0, false
 		}
-		s = s[:i]
-		if a, err = netip.ParseAddr(s); err != nil || !a.Is4() {
-			return netip.Addr{}, "", false
-		}
-	default:
-		if a, err = netip.ParseAddr(s); err != nil {
-			return netip.Addr{}, "", false
-		}
+		return s[:i], formV4, true
 	}
-	return a, s, true
+	return s, formV6, true
+}
+
+// parseForm parses host, of form f.
+func parseForm(host string, f form) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(host)
+	switch {
+	case err != nil, f == formV6 && !a.Is6(), f == formV4 && !a.Is4():
+		return netip.Addr{}, false
+	}
+	return a, true
 }
 
 func isPort(s string) bool {

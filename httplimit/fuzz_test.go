@@ -16,7 +16,7 @@ func fuzzResolver(forwarded bool) *resolver {
 	for _, s := range []string{"10.0.0.0/8", "2001:db8:ffff::/48"} {
 		rs.trusted = append(rs.trusted, netip.MustParsePrefix(s))
 	}
-	rs.peers, rs.hops = newTrustMemo(), newTrustMemo()
+	rs.peers, rs.hops, rs.clients = newTrustMemo(), newTrustMemo(), newKeyMemo()
 	return rs
 }
 
@@ -114,7 +114,8 @@ func FuzzClientIP(f *testing.F) {
 	// The same resolvers without memos: the memos, filled by every input
 	// so far, must not change a key.
 	unmemoXFF, unmemoFwd := *xff, *fwd
-	unmemoXFF.peers, unmemoXFF.hops, unmemoFwd.peers, unmemoFwd.hops = nil, nil, nil, nil
+	unmemoXFF.peers, unmemoXFF.hops, unmemoXFF.clients = nil, nil, nil
+	unmemoFwd.peers, unmemoFwd.hops, unmemoFwd.clients = nil, nil, nil
 	f.Fuzz(func(t *testing.T, remote, xffIn, fwdIn string) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
 		xffLines := strings.Split(xffIn, "\n")
