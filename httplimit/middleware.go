@@ -71,6 +71,10 @@ func (ru *rule) policyText(l tierlimit.Limit) string {
 // back to the peer's address. IPv6 clients are keyed by their /64 (see
 // WithIPv6Prefix).
 //
+// To resolve clients faster, a Middleware remembers up to 32 trusted
+// proxies and the keys of up to 256 IPv6 clients, by the text of their
+// addresses: about 40 KiB. What it remembers never changes a key.
+//
 // # Headers
 //
 // The fields of draft-ietf-httpapi-ratelimit-headers-11 (May 2026), in
