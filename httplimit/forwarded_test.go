@@ -70,3 +70,21 @@ func FuzzQuotedString(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkForwardedFors parses the Forwarded lines of the overhead
+// benchmarks.
+func BenchmarkForwardedFors(b *testing.B) {
+	for _, tc := range []struct{ name, line string }{
+		{"ipv4", "for=198.51.100.7;proto=https, for=10.0.0.2"},
+		{"ipv6", `for="[2001:db8:1:2:3:4:5:6]:4711", for="[2001:db8:ffff::2]"`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var buf [8]string
+			for b.Loop() {
+				if fors, ok := forwardedFors(tc.line, buf[:0]); !ok || len(fors) != 2 {
+					b.Fatalf("forwardedFors(%q) = %q, %v", tc.line, fors, ok)
+				}
+			}
+		})
+	}
+}
