@@ -19,8 +19,9 @@ type resolver struct {
 	// because one text can mean different things in the two places. Nil
 	// when no proxy is trusted.
 	peers, hops *trustMemo
-	// clients remembers the keys of clients, wherever they were found:
-	// its texts are addresses without brackets or port.
+	// clients remembers the keys of IPv6 clients, wherever they were
+	// found: its texts are addresses without brackets or port, which mean
+	// the same in RemoteAddr and in a header.
 	clients *keyMemo
 }
 
