@@ -3,13 +3,17 @@
 -- is allowed when the entries of the last period plus its cost fit the rate.
 --
 -- KEYS[2i-1] sorted set of limit i: member "seq:cost", score = µs admitted
--- KEYS[2i]   string "sum:seq:last:first:fcost" of limit i: sum = total cost
---            in the set, seq = last member id, last = µs of the newest
+-- KEYS[2i]   string "sum:seq:last:first:fcost:zexp" of limit i: sum = total
+--            cost in the set, seq = last member id, last = µs of the newest
 --            entry, first and fcost = µs and cost of the oldest entry (the
---            set's first by rank). Knowing the oldest entry, a call whose
---            window has dropped nothing, and a denial that the oldest
---            entry's leaving settles, touch no sorted set. (A state written
---            without first:fcost is read too: they are then looked up.)
+--            set's first by rank), zexp = µs when the sorted set expires.
+--            Knowing the oldest entry, a call whose window has dropped
+--            nothing, and a denial that the oldest entry's leaving settles,
+--            touch no sorted set. The sorted set's TTL is set to two periods
+--            past its newest entry, and only when less than one is left:
+--            most calls then make no PEXPIRE. (States written without
+--            first:fcost or zexp are read too: the oldest entry is then
+--            looked up, the TTL set.)
 -- ARGV[1]    client clock in µs, or 0 for TIME
 -- ARGV[2]    n: cost (0 peeks)
 -- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per period)
@@ -20,60 +24,128 @@
 -- Memory is one entry per admitted request: O(rate) per key.
 -- Invariants: sum = Σ cost of the set's entries <= rate; first:fcost is the
 -- set's first entry (0:0 when empty); a denied call only drops expired
--- entries; both keys expire when the newest entry leaves the window.
+-- entries; last + period <= zexp, and both keys live until zexp, the
+-- state string a few ms longer (a state without its set would count
+-- entries that are gone; a set without its state is read as all expired
+-- entries, which the first branch below deletes).
 local now = now_us()
 local cost = tonumber(ARGV[2])
 
--- One limit, denied by entries all still in the window, the oldest of which
--- settles the wait: the common denial, answered from the state string alone
--- (the general path below gives the same reply).
-local single, v1 = #KEYS == 2, nil -- v1: the state read here, reused below
-if single then
+-- stateMargin (µs) keeps the state string past its sorted set: the two
+-- TTLs are rounded up to whole ms from different calls' clocks.
+local stateMargin = 3000
+
+-- One limit: the common call, straight-line (no tables), which must agree
+-- with the general path below (remote's TestSlidingLogPathsAgree).
+if #KEYS == 2 then
+  local zs, hs = KEYS[1], KEYS[2]
   local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local v = redis.call('GET', KEYS[2])
-  v1 = v
+  local s, q, l, f, fc, z = 0, 0, 0, 0, 0, 0
+  local v = redis.call('GET', hs)
   if v then
-    local a1, _, a3, a4, a5 = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if a5 then
-      local s, l, f, fc = tonumber(a1), tonumber(a3), tonumber(a4), tonumber(a5)
-      local need = s + cost - rate
-      if s > 0 and f + p > now and need > 0 and fc >= need then
-        return {0, 0, rate - s, f + p - now, l + p - now}
+    local a1, a2, a3, a4, a5, a6 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*)$')
+    s, q, l, f, fc, z = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5), tonumber(a6) or 0
+  end
+  local dirty = false
+  if s > 0 and l + p <= now then
+    redis.call('DEL', zs, hs)
+    s, q, f, fc, z = 0, 0, 0, 0, 0
+  elseif s > 0 and (f == nil or f + p <= now) then
+    local cutoff, dropped, from, size = now - p, 0, 0, 2
+    f, fc = 0, 0
+    while true do
+      local e = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
+      local found = false
+      for j = 1, #e, 2 do
+        local c, t = tonumber(string.match(e[j], ':(%d+)$')), tonumber(e[j + 1])
+        if t > cutoff then
+          f, fc, found = t, c, true
+          break
+        end
+        s, dropped = s - c, dropped + 1
+      end
+      if found or #e < 2 * size then break end
+      from, size = from + size, size * 4
+    end
+    if dropped > 0 then
+      redis.call('ZREMRANGEBYRANK', zs, 0, dropped - 1)
+    end
+    dirty = true
+  elseif s == 0 then
+    f, fc = 0, 0
+  end
+  local allowed = 1
+  if s + cost > rate then allowed = 0 end
+  if (allowed == 1 and cost > 0) or dirty then
+    if allowed == 1 and cost > 0 then
+      q = q + 1
+      redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', q, cost))
+      if s == 0 then f, fc = now, cost end
+      s, l = s + cost, now
+    end
+    if z < l + p then
+      z = l + 2 * p
+      expire_us(zs, z - now)
+    end
+    put(hs, string.format('%d:%d:%d:%d:%d:%d', s, q, l, f, fc, z), z - now + stateMargin)
+  end
+  local retry = 0
+  if allowed == 0 then
+    local need = s + cost - rate
+    if fc >= need then
+      retry = f + p - now
+    else
+      local from, size = 0, 4
+      while need > 0 do
+        local entries = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
+        if #entries == 0 then break end
+        for j = 1, #entries, 2 do
+          need = need - tonumber(string.match(entries[j], ':(%d+)$'))
+          if need <= 0 then
+            retry = tonumber(entries[j + 1]) + p - now
+            break
+          end
+        end
+        from, size = from + size, size * 4
       end
     end
   end
+  local reset = 0
+  if s > 0 then reset = l + p - now end
+  return {allowed, allowed * cost, rate - s, retry, reset}
 end
 
 local n = #KEYS / 2
-local sum, seq, last, first, fcost, p, rate = {}, {}, {}, {}, {}, {}, {}
+local sum, seq, last, first, fcost, zexp, p, rate = {}, {}, {}, {}, {}, {}, {}, {}
 local dirty = {} -- limit i dropped entries: its state must be saved
 local allowed = 1
 
--- save writes limit i's state; both keys live until its newest entry leaves
--- the window.
+-- save writes limit i's state, and extends its sorted set's TTL when less
+-- than a period is left past the newest entry.
 local function save(i)
-  local ttl = last[i] + p[i] - now
-  put(KEYS[2 * i], str(sum[i]) .. ':' .. str(seq[i]) .. ':' .. str(last[i]) .. ':' ..
-    str(first[i]) .. ':' .. str(fcost[i]), ttl)
-  expire_us(KEYS[2 * i - 1], ttl)
+  if zexp[i] < last[i] + p[i] then
+    zexp[i] = last[i] + 2 * p[i]
+    expire_us(KEYS[2 * i - 1], zexp[i] - now)
+  end
+  put(KEYS[2 * i], string.format('%d:%d:%d:%d:%d:%d', sum[i], seq[i], last[i], first[i], fcost[i], zexp[i]),
+    zexp[i] - now + stateMargin)
 end
 
 for i = 1, n do
   local a = 2 + (i - 1) * 2
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local zs, hs = KEYS[2 * i - 1], KEYS[2 * i]
-  local s, q, l, f, fc = 0, 0, 0, 0, 0
-  local v = v1
-  if not single then v = redis.call('GET', hs) end
+  local s, q, l, f, fc, z = 0, 0, 0, 0, 0, 0
+  local v = redis.call('GET', hs)
   if v then
-    local a1, a2, a3, a4, a5 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*)$')
-    s, q, l, f, fc = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
+    local a1, a2, a3, a4, a5, a6 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*)$')
+    s, q, l, f, fc, z = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5), tonumber(a6) or 0
   end
-  sum[i], seq[i], last[i], first[i], fcost[i] = s, q, l, f, fc
+  sum[i], seq[i], last[i], first[i], fcost[i], zexp[i] = s, q, l, f, fc, z
   if s > 0 and l + p[i] <= now then
     -- Every entry has left the window.
     redis.call('DEL', zs, hs)
-    sum[i], seq[i], first[i], fcost[i] = 0, 0, 0, 0
+    sum[i], seq[i], first[i], fcost[i], zexp[i] = 0, 0, 0, 0, 0
   elseif s > 0 and (f == nil or f + p[i] <= now) then
     -- The oldest entries have left the window (or the oldest is unknown):
     -- read from the front, in growing batches, until an entry still in
@@ -110,7 +182,7 @@ for i = 1, n do
   local retry = 0
   if allowed == 1 and cost > 0 then
     seq[i] = seq[i] + 1
-    redis.call('ZADD', zs, str(now), str(seq[i]) .. ':' .. str(cost))
+    redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', seq[i], cost))
     if sum[i] == 0 then first[i], fcost[i] = now, cost end
     sum[i], last[i] = sum[i] + cost, now
     save(i)

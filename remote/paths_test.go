@@ -4,6 +4,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"context"
 	"fmt"
 	"github.com/tierlimit/tierlimit"
@@ -134,9 +137,81 @@ func TestWindowPathsAgree(t *testing.T) {
 	}
 }
 
+// TestSlidingLogPathsAgree runs random calls and clock steps through
+// slidinglog.lua's single-limit path and its general path (the same limit
+// given twice, on two pairs of keys), and checks that the replies (for the
+// first limit), the stored states and the sorted sets agree, and that the
+// keys' TTLs keep the script's invariant: the sorted set lives at least
+// until its newest entry leaves the window and at most two periods past
+// it, and the state string outlives the set.
+func TestSlidingLogPathsAgree(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	b := backend{rdb: rdb}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for li, lim := range [][2]int64{{1_000_000, 10}, {60_000_000, 3}, {7, 1}, {1_000, 50}} {
+		period, rate := lim[0], lim[1]
+		fast := []string{fmt.Sprintf("f%d:z", li), fmt.Sprintf("f%d:h", li)}
+		gen := []string{fmt.Sprintf("g%d:z", li), fmt.Sprintf("g%d:h", li), fmt.Sprintf("g%d:z2", li), fmt.Sprintf("g%d:h2", li)}
+		now := int64(1_700_000_000_000_000)
+		m.SetTime(time.UnixMicro(now))
+		for step := 0; step < 1000; step++ {
+			dt := rng.Int64N(period/4 + 1)
+			if rng.IntN(20) == 0 {
+				dt = rng.Int64N(3 * period) // sometimes past the window
+			}
+			now += dt
+			// TIME reads the clock set; TTLs run down, and keys expire,
+			// as far as it is fast-forwarded.
+			m.SetTime(time.UnixMicro(now))
+			m.FastForward(time.Duration(dt) * time.Microsecond)
+			cost := rng.Int64N(rate + 1)
+			got, err1 := lua.SlidingLog.Run(ctx, b.rdb, fast, 0, cost, period, rate).Slice()
+			want, err2 := lua.SlidingLog.Run(ctx, b.rdb, gen, 0, cost, period, rate, period, rate).Slice()
+			if err1 != nil || err2 != nil {
+				t.Fatalf("limit %d step %d: %v, %v", li, step, err1, err2)
+			}
+			if !reflect.DeepEqual(got, want[:5]) {
+				t.Fatalf("limit %d step %d, cost %d at %d: single path %v, general path %v", li, step, cost, now, got, want)
+			}
+			sf, _ := b.rdb.Get(ctx, fast[1]).Result()
+			sg, _ := b.rdb.Get(ctx, gen[1]).Result()
+			if sf != sg {
+				t.Fatalf("limit %d step %d: single path stored %q, general path %q", li, step, sf, sg)
+			}
+			zf, _ := b.rdb.ZRangeWithScores(ctx, fast[0], 0, -1).Result()
+			zg, _ := b.rdb.ZRangeWithScores(ctx, gen[0], 0, -1).Result()
+			if !reflect.DeepEqual(zf, zg) {
+				t.Fatalf("limit %d step %d: single path's set %v, general path's %v", li, step, zf, zg)
+			}
+			if len(zf) == 0 {
+				continue
+			}
+			last := int64(zf[len(zf)-1].Score)
+			zttl, _ := b.rdb.PTTL(ctx, fast[0]).Result()
+			httl, _ := b.rdb.PTTL(ctx, fast[1]).Result()
+			lo := time.Duration(last+period-now) * time.Microsecond
+			hi := time.Duration(last+2*period-now)*time.Microsecond + 2*time.Millisecond
+			if zttl < lo || zttl > hi || httl < zttl {
+				t.Fatalf("limit %d step %d: set TTL %v, state TTL %v; want the set's in [%v, %v] and the state's at least as long",
+					li, step, zttl, httl, lo, hi)
+			}
+		}
+	}
+}
+
 // TestSlidingLogReadsOldState: a log whose state string predates the
-// cached oldest entry ("sum:seq:last") decides exactly as one written now.
+// cached oldest entry ("sum:seq:last") or the sorted set's expiry
+// ("sum:seq:last:first:fcost") decides exactly as one written now.
 func TestSlidingLogReadsOldState(t *testing.T) {
+	for _, fields := range []int{3, 5} {
+		t.Run(fmt.Sprint(fields, " fields"), func(t *testing.T) { testSlidingLogReadsOldState(t, fields) })
+	}
+}
+
+func testSlidingLogReadsOldState(t *testing.T, fields int) {
 	b := miniBackend(t)
 	ctx := context.Background()
 	clock := time.Unix(1_700_000_000, 0)
@@ -161,10 +236,10 @@ func TestSlidingLogReadsOldState(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := strings.Split(v, ":")
-	if len(f) != 5 {
-		t.Fatalf("state %q: want 5 fields", v)
+	if len(f) != 6 {
+		t.Fatalf("state %q: want 6 fields", v)
 	}
-	if err := b.rdb.Set(ctx, hs, strings.Join(f[:3], ":"), time.Minute).Err(); err != nil {
+	if err := b.rdb.Set(ctx, hs, strings.Join(f[:fields], ":"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for step := 0; step < 12; step++ {
