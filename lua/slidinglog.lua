@@ -3,17 +3,22 @@
 -- is allowed when the entries of the last period plus its cost fit the rate.
 --
 -- KEYS[2i-1] sorted set of limit i: member "seq:cost", score = µs admitted
--- KEYS[2i]   string "sum:seq:last:first:fcost:zexp" of limit i: sum = total
---            cost in the set, seq = last member id, last = µs of the newest
---            entry, first and fcost = µs and cost of the oldest entry (the
---            set's first by rank), zexp = µs when the sorted set expires.
+-- KEYS[2i]   string "sum:seq:last:first:fcost:zexp:unit" of limit i: sum =
+--            total cost in the set, seq = last member id, last = µs of the
+--            newest entry, first and fcost = µs and cost of the oldest entry
+--            (the set's first by rank; 0:0 when the set is empty or the
+--            oldest is not known), zexp = µs when the sorted set expires,
+--            unit = 1 when every entry costs 1.
 --            Knowing the oldest entry, a call whose window has dropped
 --            nothing, and a denial that the oldest entry's leaving settles,
---            touch no sorted set. The sorted set's TTL is set to two periods
---            past its newest entry, and only when less than one is left:
---            most calls then make no PEXPIRE. (States written without
---            first:fcost or zexp are read too: the oldest entry is then
---            looked up, the TTL set.)
+--            touch no sorted set. When every entry costs 1, expired entries
+--            are dropped by score and counted (one command; the oldest left
+--            is then not known); otherwise they are read from the front to
+--            subtract their costs, and the oldest left is learnt. The sorted
+--            set's TTL runs to two periods past its newest entry and is
+--            extended only when less than one is left: most calls make no
+--            PEXPIRE. (States with fewer fields, written before, are read:
+--            the oldest entry is then looked up, the TTL set, and costs read.)
 -- ARGV[1]    client clock in µs, or 0 for TIME
 -- ARGV[2]    n: cost (0 peeks)
 -- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per period)
@@ -23,7 +28,7 @@
 -- request to fit: exact.
 -- Memory is one entry per admitted request: O(rate) per key.
 -- Invariants: sum = Σ cost of the set's entries <= rate; first:fcost is the
--- set's first entry (0:0 when empty); a denied call only drops expired
+-- set's first entry or unknown (0:0); a denied call only drops expired
 -- entries; last + period <= zexp, and both keys live until zexp, the
 -- state string a few ms longer (a state without its set would count
 -- entries that are gone; a set without its state is read as all expired
@@ -40,16 +45,25 @@ local stateMargin = 3000
 if #KEYS == 2 then
   local zs, hs = KEYS[1], KEYS[2]
   local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local s, q, l, f, fc, z = 0, 0, 0, 0, 0, 0
+  local s, q, l, f, fc, z, u = 0, 0, 0, 0, 0, 0, 1
   local v = redis.call('GET', hs)
   if v then
-    local a1, a2, a3, a4, a5, a6 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*)$')
-    s, q, l, f, fc, z = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5), tonumber(a6) or 0
+    local a1, a2, a3, a4, a5, a6, a7 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*):?(%d*)$')
+    s, q, l, f, fc = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
+    z, u = tonumber(a6) or 0, tonumber(a7) or 0
+    if f == 0 and s > 0 then f = nil end
   end
   local dirty = false
   if s > 0 and l + p <= now then
     redis.call('DEL', zs, hs)
-    s, q, f, fc, z = 0, 0, 0, 0, 0
+    s, q, f, fc, z, u = 0, 0, 0, 0, 0, 1
+  elseif s > 0 and u == 1 and (f == nil or f + p <= now) then
+    -- Every entry costs 1: drop the expired ones by score and count them.
+    local dropped = redis.call('ZREMRANGEBYSCORE', zs, '-inf', string.format('%d', now - p))
+    if dropped > 0 then
+      s, dirty = s - dropped, true
+      if s == 0 then f, fc = 0, 0 else f, fc = nil, nil end
+    end
   elseif s > 0 and (f == nil or f + p <= now) then
     local cutoff, dropped, from, size = now - p, 0, 0, 2
     f, fc = 0, 0
@@ -72,7 +86,7 @@ if #KEYS == 2 then
     end
     dirty = true
   elseif s == 0 then
-    f, fc = 0, 0
+    f, fc, u = 0, 0, 1
   end
   local allowed = 1
   if s + cost > rate then allowed = 0 end
@@ -80,19 +94,21 @@ if #KEYS == 2 then
     if allowed == 1 and cost > 0 then
       q = q + 1
       redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', q, cost))
-      if s == 0 then f, fc = now, cost end
+      if s == 0 then f, fc, u = now, cost, 1 end
+      if cost ~= 1 then u = 0 end
       s, l = s + cost, now
     end
+    if s == 0 then u = 1 end
     if z < l + p then
       z = l + 2 * p
       expire_us(zs, z - now)
     end
-    put(hs, string.format('%d:%d:%d:%d:%d:%d', s, q, l, f, fc, z), z - now + stateMargin)
+    put(hs, string.format('%d:%d:%d:%d:%d:%d:%d', s, q, l, f or 0, fc or 0, z, u), z - now + stateMargin)
   end
   local retry = 0
   if allowed == 0 then
     local need = s + cost - rate
-    if fc >= need then
+    if f and fc >= need then
       retry = f + p - now
     else
       local from, size = 0, 4
@@ -116,7 +132,7 @@ if #KEYS == 2 then
 end
 
 local n = #KEYS / 2
-local sum, seq, last, first, fcost, zexp, p, rate = {}, {}, {}, {}, {}, {}, {}, {}
+local sum, seq, last, first, fcost, zexp, unit, p, rate = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local dirty = {} -- limit i dropped entries: its state must be saved
 local allowed = 1
 
@@ -127,25 +143,36 @@ local function save(i)
     zexp[i] = last[i] + 2 * p[i]
     expire_us(KEYS[2 * i - 1], zexp[i] - now)
   end
-  put(KEYS[2 * i], string.format('%d:%d:%d:%d:%d:%d', sum[i], seq[i], last[i], first[i], fcost[i], zexp[i]),
-    zexp[i] - now + stateMargin)
+  if sum[i] == 0 then unit[i] = 1 end
+  put(KEYS[2 * i], string.format('%d:%d:%d:%d:%d:%d:%d', sum[i], seq[i], last[i], first[i] or 0, fcost[i] or 0,
+    zexp[i], unit[i]), zexp[i] - now + stateMargin)
 end
 
 for i = 1, n do
   local a = 2 + (i - 1) * 2
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local zs, hs = KEYS[2 * i - 1], KEYS[2 * i]
-  local s, q, l, f, fc, z = 0, 0, 0, 0, 0, 0
+  local s, q, l, f, fc, z, u = 0, 0, 0, 0, 0, 0, 1
   local v = redis.call('GET', hs)
   if v then
-    local a1, a2, a3, a4, a5, a6 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*)$')
-    s, q, l, f, fc, z = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5), tonumber(a6) or 0
+    local a1, a2, a3, a4, a5, a6, a7 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*):?(%d*)$')
+    s, q, l, f, fc = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
+    z, u = tonumber(a6) or 0, tonumber(a7) or 0
+    if f == 0 and s > 0 then f = nil end -- the oldest is not known
   end
-  sum[i], seq[i], last[i], first[i], fcost[i], zexp[i] = s, q, l, f, fc, z
+  sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i] = s, q, l, f, fc, z, u
   if s > 0 and l + p[i] <= now then
     -- Every entry has left the window.
     redis.call('DEL', zs, hs)
-    sum[i], seq[i], first[i], fcost[i], zexp[i] = 0, 0, 0, 0, 0
+    sum[i], seq[i], first[i], fcost[i], zexp[i], unit[i] = 0, 0, 0, 0, 0, 1
+  elseif s > 0 and u == 1 and (f == nil or f + p[i] <= now) then
+    -- Every entry costs 1: drop the expired ones by score and count them;
+    -- the oldest left is then not known (nor needed but to deny).
+    local dropped = redis.call('ZREMRANGEBYSCORE', zs, '-inf', string.format('%d', now - p[i]))
+    if dropped > 0 then
+      sum[i], dirty[i] = s - dropped, true
+      if sum[i] == 0 then first[i], fcost[i] = 0, 0 else first[i], fcost[i] = nil, nil end
+    end
   elseif s > 0 and (f == nil or f + p[i] <= now) then
     -- The oldest entries have left the window (or the oldest is unknown):
     -- read from the front, in growing batches, until an entry still in
@@ -171,7 +198,7 @@ for i = 1, n do
     end
     dirty[i] = true
   elseif s == 0 then
-    first[i], fcost[i] = 0, 0
+    first[i], fcost[i], unit[i] = 0, 0, 1
   end
   if sum[i] + cost > rate[i] then allowed = 0 end
 end
@@ -183,7 +210,8 @@ for i = 1, n do
   if allowed == 1 and cost > 0 then
     seq[i] = seq[i] + 1
     redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', seq[i], cost))
-    if sum[i] == 0 then first[i], fcost[i] = now, cost end
+    if sum[i] == 0 then first[i], fcost[i], unit[i] = now, cost, 1 end
+    if cost ~= 1 then unit[i] = 0 end
     sum[i], last[i] = sum[i] + cost, now
     save(i)
   elseif dirty[i] then
@@ -191,7 +219,7 @@ for i = 1, n do
   end
   if allowed == 0 and sum[i] + cost > rate[i] then
     local need = sum[i] + cost - rate[i]
-    if fcost[i] >= need then
+    if first[i] and fcost[i] >= need then
       -- Usually the oldest entry's leaving makes room.
       retry = first[i] + p[i] - now
     else

@@ -157,6 +157,7 @@ func TestSlidingLogPathsAgree(t *testing.T) {
 		gen := []string{fmt.Sprintf("g%d:z", li), fmt.Sprintf("g%d:h", li), fmt.Sprintf("g%d:z2", li), fmt.Sprintf("g%d:h2", li)}
 		now := int64(1_700_000_000_000_000)
 		m.SetTime(time.UnixMicro(now))
+		var log logModel
 		for step := 0; step < 1000; step++ {
 			dt := rng.Int64N(period/4 + 1)
 			if rng.IntN(20) == 0 {
@@ -167,7 +168,13 @@ func TestSlidingLogPathsAgree(t *testing.T) {
 			// as far as it is fast-forwarded.
 			m.SetTime(time.UnixMicro(now))
 			m.FastForward(time.Duration(dt) * time.Microsecond)
-			cost := rng.Int64N(rate + 1)
+			// Mostly cost 1, as most callers charge: the log then trims by
+			// score; now and then another cost, which stops that until
+			// the log empties.
+			cost := int64(1)
+			if rng.IntN(10) == 0 {
+				cost = rng.Int64N(rate + 1)
+			}
 			got, err1 := lua.SlidingLog.Run(ctx, b.rdb, fast, 0, cost, period, rate).Slice()
 			want, err2 := lua.SlidingLog.Run(ctx, b.rdb, gen, 0, cost, period, rate, period, rate).Slice()
 			if err1 != nil || err2 != nil {
@@ -175,6 +182,9 @@ func TestSlidingLogPathsAgree(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, want[:5]) {
 				t.Fatalf("limit %d step %d, cost %d at %d: single path %v, general path %v", li, step, cost, now, got, want)
+			}
+			if model := log.call(now, cost, period, rate); !reflect.DeepEqual(got, model) {
+				t.Fatalf("limit %d step %d, cost %d at %d: script %v, model %v", li, step, cost, now, got, model)
 			}
 			sf, _ := b.rdb.Get(ctx, fast[1]).Result()
 			sg, _ := b.rdb.Get(ctx, gen[1]).Result()
@@ -202,11 +212,49 @@ func TestSlidingLogPathsAgree(t *testing.T) {
 	}
 }
 
+// logModel is a sliding log in plain Go: the admitted entries, oldest
+// first.
+type logModel []struct{ t, c int64 }
+
+// call decides a call of cost at now as slidinglog.lua must, and returns
+// its reply.
+func (m *logModel) call(now, cost, period, rate int64) []any {
+	for len(*m) > 0 && (*m)[0].t <= now-period {
+		*m = (*m)[1:]
+	}
+	sum := int64(0)
+	for _, e := range *m {
+		sum += e.c
+	}
+	allowed, retry := int64(0), int64(0)
+	if sum+cost <= rate {
+		allowed = 1
+		if cost > 0 {
+			*m = append(*m, struct{ t, c int64 }{now, cost})
+			sum += cost
+		}
+	} else {
+		need := sum + cost - rate
+		for _, e := range *m {
+			if need -= e.c; need <= 0 {
+				retry = e.t + period - now
+				break
+			}
+		}
+	}
+	reset := int64(0)
+	if len(*m) > 0 {
+		reset = (*m)[len(*m)-1].t + period - now
+	}
+	return []any{allowed, allowed * cost, rate - sum, retry, reset}
+}
+
 // TestSlidingLogReadsOldState: a log whose state string predates the
-// cached oldest entry ("sum:seq:last") or the sorted set's expiry
-// ("sum:seq:last:first:fcost") decides exactly as one written now.
+// cached oldest entry ("sum:seq:last"), the sorted set's expiry
+// ("sum:seq:last:first:fcost") or the unit flag (six fields) decides
+// exactly as one written now.
 func TestSlidingLogReadsOldState(t *testing.T) {
-	for _, fields := range []int{3, 5} {
+	for _, fields := range []int{3, 5, 6} {
 		t.Run(fmt.Sprint(fields, " fields"), func(t *testing.T) { testSlidingLogReadsOldState(t, fields) })
 	}
 }
@@ -236,8 +284,8 @@ func testSlidingLogReadsOldState(t *testing.T, fields int) {
 		t.Fatal(err)
 	}
 	f := strings.Split(v, ":")
-	if len(f) != 6 {
-		t.Fatalf("state %q: want 6 fields", v)
+	if len(f) != 7 {
+		t.Fatalf("state %q: want 7 fields", v)
 	}
 	if err := b.rdb.Set(ctx, hs, strings.Join(f[:fields], ":"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
