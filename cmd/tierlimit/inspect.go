@@ -336,17 +336,29 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 		}
 		line("state", "window #%d: count %d; the window before it: count %d", f[0], f[1], f[2])
 	case "sl":
-		f, ok := fields(st.value, 5)
-		if !ok {
-			f, ok = fields(st.value, 3) // written by an earlier version
+		var f []int64
+		ok := false
+		for _, n := range []int{7, 6, 5, 3} { // fewer fields: written by earlier versions
+			if f, ok = fields(st.value, n); ok {
+				break
+			}
 		}
 		if !ok {
 			bad()
 			return
 		}
 		line("state", "log totals: cost %d, last entry #%d admitted %s", f[0], f[1], st.ago(f[2]))
-		if len(f) == 5 && f[0] > 0 {
+		switch {
+		case len(f) >= 5 && f[0] > 0 && f[3] > 0:
 			line("oldest", "entry of cost %d admitted %s", f[4], st.ago(f[3]))
+		case f[0] > 0:
+			line("oldest", "not recorded: the next call looks it up or drops expired entries by score")
+		}
+		if len(f) >= 6 && f[5] > 0 {
+			line("sorted set", "expires %s (its TTL is extended once a Period)", st.ago(f[5]))
+		}
+		if len(f) == 7 && f[6] == 1 {
+			line("costs", "every entry costs 1: expired entries are dropped by score")
 		}
 	default:
 		line("state", "unknown algorithm: raw value only")

@@ -93,6 +93,7 @@ func TestInspect(t *testing.T) {
 		`state      window #\d+: count 5; the window before it: count 0`, // sw
 		`state      log totals: cost 2, last entry #1 admitted 0s ago`,   // sl
 		`oldest     entry of cost 2 admitted 0s ago`,
+		`sorted set expires in 2s \(its TTL is extended once a Period\)`,
 		`refund     marker of the idempotent refund "lease-7"`,
 		`algorithm  tb: token bucket`,
 	} {
