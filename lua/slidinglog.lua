@@ -40,50 +40,83 @@ local cost = tonumber(ARGV[2])
 -- TTLs are rounded up to whole ms from different calls' clocks.
 local stateMargin = 3000
 
+-- parse returns the fields of a state string v (nil: an empty log):
+-- sum, seq, last, first (nil when not recorded), fcost, zexp, unit.
+local function parse(v)
+  if not v then return 0, 0, 0, 0, 0, 0, 1 end
+  local a1, a2, a3, a4, a5, a6, a7 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*):?(%d*)$')
+  local s, f = tonumber(a1), tonumber(a4)
+  if f == 0 and s > 0 then f = nil end
+  return s, tonumber(a2), tonumber(a3), f, tonumber(a5), tonumber(a6) or 0, tonumber(a7) or 0
+end
+
+-- scan drops the entries of zs that left a window of p, reading them from
+-- the front in growing batches to subtract their costs from s. It returns
+-- the new sum and the oldest entry left (0, 0 if none).
+local function scan(zs, s, p)
+  local cutoff, dropped, from, size, f, fc = now - p, 0, 0, 2, 0, 0
+  while true do
+    local e = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
+    local found = false
+    for j = 1, #e, 2 do
+      local c, t = tonumber(string.match(e[j], ':(%d+)$')), tonumber(e[j + 1])
+      if t > cutoff then
+        f, fc, found = t, c, true
+        break
+      end
+      s, dropped = s - c, dropped + 1
+    end
+    if found or #e < 2 * size then break end
+    from, size = from + size, size * 4
+  end
+  if dropped > 0 then
+    redis.call('ZREMRANGEBYRANK', zs, 0, dropped - 1)
+  end
+  return s, f, fc
+end
+
+-- drop drops the entries of zs that left a window of p when every entry
+-- costs 1: by score, in one command, subtracting their count from s. It
+-- returns the new sum, the oldest entry (nil, nil: not known; 0, 0: none)
+-- and whether any was dropped.
+local function drop(zs, s, f, fc, p)
+  local dropped = redis.call('ZREMRANGEBYSCORE', zs, '-inf', string.format('%d', now - p))
+  if dropped == 0 then return s, f, fc, false end
+  s = s - dropped
+  if s == 0 then return 0, 0, 0, true end
+  return s, nil, nil, true
+end
+
+-- wait returns the time until enough of zs's oldest entries leave a window
+-- of p for need more cost to fit, walking them in growing batches.
+local function wait(zs, need, p)
+  local from, size = 0, 4
+  while need > 0 do
+    local entries = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
+    if #entries == 0 then break end
+    for j = 1, #entries, 2 do
+      need = need - tonumber(string.match(entries[j], ':(%d+)$'))
+      if need <= 0 then return tonumber(entries[j + 1]) + p - now end
+    end
+    from, size = from + size, size * 4
+  end
+  return 0
+end
+
 -- One limit: the common call, straight-line (no tables), which must agree
 -- with the general path below (remote's TestSlidingLogPathsAgree).
 if #KEYS == 2 then
   local zs, hs = KEYS[1], KEYS[2]
   local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local s, q, l, f, fc, z, u = 0, 0, 0, 0, 0, 0, 1
-  local v = redis.call('GET', hs)
-  if v then
-    local a1, a2, a3, a4, a5, a6, a7 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*):?(%d*)$')
-    s, q, l, f, fc = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
-    z, u = tonumber(a6) or 0, tonumber(a7) or 0
-    if f == 0 and s > 0 then f = nil end
-  end
+  local s, q, l, f, fc, z, u = parse(redis.call('GET', hs))
   local dirty = false
   if s > 0 and l + p <= now then
     redis.call('DEL', zs, hs)
     s, q, f, fc, z, u = 0, 0, 0, 0, 0, 1
   elseif s > 0 and u == 1 and (f == nil or f + p <= now) then
-    -- Every entry costs 1: drop the expired ones by score and count them.
-    local dropped = redis.call('ZREMRANGEBYSCORE', zs, '-inf', string.format('%d', now - p))
-    if dropped > 0 then
-      s, dirty = s - dropped, true
-      if s == 0 then f, fc = 0, 0 else f, fc = nil, nil end
-    end
+    s, f, fc, dirty = drop(zs, s, f, fc, p)
   elseif s > 0 and (f == nil or f + p <= now) then
-    local cutoff, dropped, from, size = now - p, 0, 0, 2
-    f, fc = 0, 0
-    while true do
-      local e = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
-      local found = false
-      for j = 1, #e, 2 do
-        local c, t = tonumber(string.match(e[j], ':(%d+)$')), tonumber(e[j + 1])
-        if t > cutoff then
-          f, fc, found = t, c, true
-          break
-        end
-        s, dropped = s - c, dropped + 1
-      end
-      if found or #e < 2 * size then break end
-      from, size = from + size, size * 4
-    end
-    if dropped > 0 then
-      redis.call('ZREMRANGEBYRANK', zs, 0, dropped - 1)
-    end
+    s, f, fc = scan(zs, s, p)
     dirty = true
   elseif s == 0 then
     f, fc, u = 0, 0, 1
@@ -109,21 +142,9 @@ if #KEYS == 2 then
   if allowed == 0 then
     local need = s + cost - rate
     if f and fc >= need then
-      retry = f + p - now
+      retry = f + p - now -- usually the oldest entry's leaving makes room
     else
-      local from, size = 0, 4
-      while need > 0 do
-        local entries = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
-        if #entries == 0 then break end
-        for j = 1, #entries, 2 do
-          need = need - tonumber(string.match(entries[j], ':(%d+)$'))
-          if need <= 0 then
-            retry = tonumber(entries[j + 1]) + p - now
-            break
-          end
-        end
-        from, size = from + size, size * 4
-      end
+      retry = wait(zs, need, p)
     end
   end
   local reset = 0
@@ -152,50 +173,18 @@ for i = 1, n do
   local a = 2 + (i - 1) * 2
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local zs, hs = KEYS[2 * i - 1], KEYS[2 * i]
-  local s, q, l, f, fc, z, u = 0, 0, 0, 0, 0, 0, 1
-  local v = redis.call('GET', hs)
-  if v then
-    local a1, a2, a3, a4, a5, a6, a7 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*):?(%d*)$')
-    s, q, l, f, fc = tonumber(a1), tonumber(a2), tonumber(a3), tonumber(a4), tonumber(a5)
-    z, u = tonumber(a6) or 0, tonumber(a7) or 0
-    if f == 0 and s > 0 then f = nil end -- the oldest is not known
-  end
+  local s, q, l, f, fc, z, u = parse(redis.call('GET', hs))
   sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i] = s, q, l, f, fc, z, u
   if s > 0 and l + p[i] <= now then
     -- Every entry has left the window.
     redis.call('DEL', zs, hs)
     sum[i], seq[i], first[i], fcost[i], zexp[i], unit[i] = 0, 0, 0, 0, 0, 1
   elseif s > 0 and u == 1 and (f == nil or f + p[i] <= now) then
-    -- Every entry costs 1: drop the expired ones by score and count them;
-    -- the oldest left is then not known (nor needed but to deny).
-    local dropped = redis.call('ZREMRANGEBYSCORE', zs, '-inf', string.format('%d', now - p[i]))
-    if dropped > 0 then
-      sum[i], dirty[i] = s - dropped, true
-      if sum[i] == 0 then first[i], fcost[i] = 0, 0 else first[i], fcost[i] = nil, nil end
-    end
+    -- Every entry costs 1: drop the expired ones by score.
+    sum[i], first[i], fcost[i], dirty[i] = drop(zs, s, f, fc, p[i])
   elseif s > 0 and (f == nil or f + p[i] <= now) then
-    -- The oldest entries have left the window (or the oldest is unknown):
-    -- read from the front, in growing batches, until an entry still in
-    -- the window, which becomes the oldest; drop those before it.
-    local cutoff, dropped, from, size = now - p[i], 0, 0, 2
-    first[i], fcost[i] = 0, 0
-    while true do
-      local e = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
-      local found = false
-      for j = 1, #e, 2 do
-        local c, t = tonumber(string.match(e[j], ':(%d+)$')), tonumber(e[j + 1])
-        if t > cutoff then
-          first[i], fcost[i], found = t, c, true
-          break
-        end
-        sum[i], dropped = sum[i] - c, dropped + 1
-      end
-      if found or #e < 2 * size then break end
-      from, size = from + size, size * 4
-    end
-    if dropped > 0 then
-      redis.call('ZREMRANGEBYRANK', zs, 0, dropped - 1)
-    end
+    -- The oldest entries have left the window (or the oldest is unknown).
+    sum[i], first[i], fcost[i] = scan(zs, s, p[i])
     dirty[i] = true
   elseif s == 0 then
     first[i], fcost[i], unit[i] = 0, 0, 1
@@ -220,24 +209,9 @@ for i = 1, n do
   if allowed == 0 and sum[i] + cost > rate[i] then
     local need = sum[i] + cost - rate[i]
     if first[i] and fcost[i] >= need then
-      -- Usually the oldest entry's leaving makes room.
-      retry = first[i] + p[i] - now
+      retry = first[i] + p[i] - now -- usually the oldest entry's leaving makes room
     else
-      -- Walk the oldest entries, in growing batches, until enough cost
-      -- has left the window.
-      local from, size = 0, 4
-      while need > 0 do
-        local entries = redis.call('ZRANGE', zs, from, from + size - 1, 'WITHSCORES')
-        if #entries == 0 then break end
-        for j = 1, #entries, 2 do
-          need = need - tonumber(string.match(entries[j], ':(%d+)$'))
-          if need <= 0 then
-            retry = tonumber(entries[j + 1]) + p[i] - now
-            break
-          end
-        end
-        from, size = from + size, size * 4
-      end
+      retry = wait(zs, need, p[i])
     end
   end
   local reset = 0
