@@ -8,7 +8,7 @@ import (
 	"unsafe"
 )
 
-// memoSlots is the number of addresses a memo holds (1<<memoBits): a
+// memoSlots is the number of addresses a trustMemo holds (1<<memoBits): a
 // fleet of proxies in front of a service is this size or smaller.
 const (
 	memoBits  = 5
