@@ -87,6 +87,29 @@ local function drop(zs, s, f, fc, p)
   return s, nil, nil, true
 end
 
+-- add adds an entry of cost to zs, the log of a state s, q, f, fc, u,
+-- and returns the state after it: s, q, last, f, fc, u.
+local function add(zs, s, q, f, fc, u)
+  q = q + 1
+  redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', q, cost))
+  if s == 0 then f, fc, u = now, cost, 1 end
+  if cost ~= 1 then u = 0 end
+  return s + cost, q, now, f, fc, u
+end
+
+-- store writes the state of the log zs to hs, first extending zs's TTL to
+-- two periods past its newest entry if less than one is left, and returns
+-- the sorted set's new expiry.
+local function store(zs, hs, p, s, q, l, f, fc, z, u)
+  if z < l + p then
+    z = l + 2 * p
+    expire_us(zs, z - now)
+  end
+  if s == 0 then u = 1 end
+  put(hs, string.format('%d:%d:%d:%d:%d:%d:%d', s, q, l, f or 0, fc or 0, z, u), z - now + stateMargin)
+  return z
+end
+
 -- wait returns the time until enough of zs's oldest entries leave a window
 -- of p for need more cost to fit, walking them in growing batches.
 local function wait(zs, need, p)
@@ -123,20 +146,11 @@ if #KEYS == 2 then
   end
   local allowed = 1
   if s + cost > rate then allowed = 0 end
-  if (allowed == 1 and cost > 0) or dirty then
-    if allowed == 1 and cost > 0 then
-      q = q + 1
-      redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', q, cost))
-      if s == 0 then f, fc, u = now, cost, 1 end
-      if cost ~= 1 then u = 0 end
-      s, l = s + cost, now
-    end
-    if s == 0 then u = 1 end
-    if z < l + p then
-      z = l + 2 * p
-      expire_us(zs, z - now)
-    end
-    put(hs, string.format('%d:%d:%d:%d:%d:%d:%d', s, q, l, f or 0, fc or 0, z, u), z - now + stateMargin)
+  if allowed == 1 and cost > 0 then
+    s, q, l, f, fc, u = add(zs, s, q, f, fc, u)
+    store(zs, hs, p, s, q, l, f, fc, z, u)
+  elseif dirty then
+    store(zs, hs, p, s, q, l, f, fc, z, u)
   end
   local retry = 0
   if allowed == 0 then
@@ -157,16 +171,9 @@ local sum, seq, last, first, fcost, zexp, unit, p, rate = {}, {}, {}, {}, {}, {}
 local dirty = {} -- limit i dropped entries: its state must be saved
 local allowed = 1
 
--- save writes limit i's state, and extends its sorted set's TTL when less
--- than a period is left past the newest entry.
+-- save writes limit i's state.
 local function save(i)
-  if zexp[i] < last[i] + p[i] then
-    zexp[i] = last[i] + 2 * p[i]
-    expire_us(KEYS[2 * i - 1], zexp[i] - now)
-  end
-  if sum[i] == 0 then unit[i] = 1 end
-  put(KEYS[2 * i], string.format('%d:%d:%d:%d:%d:%d:%d', sum[i], seq[i], last[i], first[i] or 0, fcost[i] or 0,
-    zexp[i], unit[i]), zexp[i] - now + stateMargin)
+  zexp[i] = store(KEYS[2 * i - 1], KEYS[2 * i], p[i], sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i])
 end
 
 for i = 1, n do
@@ -197,11 +204,7 @@ for i = 1, n do
   local zs = KEYS[2 * i - 1]
   local retry = 0
   if allowed == 1 and cost > 0 then
-    seq[i] = seq[i] + 1
-    redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', seq[i], cost))
-    if sum[i] == 0 then first[i], fcost[i], unit[i] = now, cost, 1 end
-    if cost ~= 1 then unit[i] = 0 end
-    sum[i], last[i] = sum[i] + cost, now
+    sum[i], seq[i], last[i], first[i], fcost[i], unit[i] = add(zs, sum[i], seq[i], first[i], fcost[i], unit[i])
     save(i)
   elseif dirty[i] then
     save(i)
