@@ -213,13 +213,11 @@ type clientMix struct {
 // turn: a fixed sequence, so that runs compare.
 func (mix clientMix) order() []int {
 	if !mix.zipf {
-		return slices.Collect(func(yield func(int) bool) {
-			for i := range mix.n {
-				if !yield(i) {
-					return
-				}
-			}
-		})
+		out := make([]int, mix.n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
 	}
 	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), zipfS, 1, uint64(mix.n-1))
 	out := make([]int, 16*mix.n)

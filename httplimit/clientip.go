@@ -223,10 +223,7 @@ func (rs *resolver) leftmost(elem string, lines []string) (string, bool) {
 		return "", false
 	}
 	a, text, _ := parseHost(elem) // parsed once already
-	if a.Is4() && !short(lines) {
-		return strings.Clone(text), true
-	}
-	return rs.key(a, text), true
+	return rs.clientKey(a, text, lines, nil), true
 }
 
 // walkXFF walks X-Forwarded-For right to left, over every field line (a

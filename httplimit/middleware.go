@@ -73,7 +73,8 @@ func (ru *rule) policyText(l tierlimit.Limit) string {
 //
 // To resolve clients faster, a Middleware remembers up to 32 trusted
 // proxies and the keys of up to 256 IPv6 clients, by the text of their
-// addresses: about 40 KiB. What it remembers never changes a key.
+// addresses: at most about 40 KiB (256 entries of 144 bytes, and the
+// tables). What it remembers never changes a key.
 //
 // # Headers
 //
