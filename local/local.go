@@ -30,14 +30,9 @@ import (
 // says otherwise.
 const DefaultMaxKeys = 100_000
 
-// Clock tells the time; WithClock injects one (tests step it).
-type Clock interface {
-	Now() time.Time
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+// Clock tells the time; WithClock injects one (tests step it). It is
+// tierlimit.Clock.
+type Clock = tierlimit.Clock
 
 // Option configures a Limiter.
 type Option interface {
@@ -108,7 +103,7 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	if err := checkLimit(limit); err != nil {
 		return nil, err
 	}
-	cfg := config{maxKeys: DefaultMaxKeys, clock: systemClock{}}
+	cfg := config{maxKeys: DefaultMaxKeys, clock: tierlimit.SystemClock{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: local: nil option", tierlimit.ErrInvalidOption)
