@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -38,6 +39,25 @@ var (
 		capacity: rate,
 	}
 )
+
+// ledgerAlg is the token bucket with a ledger of held leases
+// (WithLeaseLedger), whose holders promise to spend nothing hold after
+// their last grant. Its state key is the token bucket's: the ledger is a
+// hash beside it.
+func ledgerAlg(hold time.Duration) *algorithm {
+	holdMicros := hold.Microseconds()
+	return &algorithm{
+		name: "tb", script: lua.Ledger, keys: []string{"", ":held"}, holders: true,
+		params: func(l tierlimit.Limit) []any {
+			return append(tokenBucketAlg.params(l), holdMicros)
+		},
+		capacity: tierlimit.Limit.Capacity,
+	}
+}
+
+// noHolder is the ARGV tail of a ledger call that names no holder: gen 0,
+// held -1, holder "".
+var noHolder = []any{0, -1, ""}
 
 // emission is GCRA's interval between two events in µs, rounded up so that
 // GCRA never admits faster than the limit.

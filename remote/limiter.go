@@ -22,6 +22,7 @@ type algorithm struct {
 	params   func(tierlimit.Limit) []any // per-limit ARGV
 	validate func(tierlimit.Limit) error // rules beyond Limit.Validate
 	capacity func(tierlimit.Limit) int64 // largest cost one call may ask
+	holders  bool                        // ledger.lua: ARGV ends with a holder (tail)
 }
 
 // limiter is the engine behind every algorithm: key naming, argument
@@ -35,6 +36,7 @@ type limiter struct {
 	params []any    // per-limit ARGV, built once
 	clock  Clock
 	maxN   int64
+	tail   []any // ARGV after params of a call that names no holder (ledger.lua's)
 
 	// The observer's funcs (WithObserver), nil when not observed: the
 	// unobserved path reads no clock.
@@ -61,7 +63,16 @@ func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit
 			return nil, err
 		}
 	}
+	if cfg.hold != 0 {
+		if alg != tokenBucketAlg || len(cfg.extra) > 0 {
+			return nil, fmt.Errorf("%w: remote: WithLeaseLedger is for a TokenBucket of one limit", tierlimit.ErrInvalidOption)
+		}
+		alg = ledgerAlg(cfg.hold)
+	}
 	l := &limiter{rdb: rdb, alg: alg, clock: cfg.clock, limits: append([]tierlimit.Limit{limit}, cfg.extra...)}
+	if alg.holders {
+		l.tail = noHolder
+	}
 	if o := cfg.obs; o != nil {
 		l.onDecision, l.onCall = o.Decision, o.RedisCall
 	}
@@ -93,13 +104,16 @@ func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit
 }
 
 // args builds ARGV: the clock, head, then the limits' parameters.
-func (l *limiter) args(head []int64) []any {
-	args := make([]any, 0, 1+len(head)+len(l.params))
+func (l *limiter) args(head []int64) []any { return l.argsTail(head, l.tail) }
+
+// argsTail is args with tail after the params, instead of l.tail.
+func (l *limiter) argsTail(head []int64, tail []any) []any {
+	args := make([]any, 0, 1+len(head)+len(l.params)+len(tail))
 	args = append(args, l.now())
 	for _, h := range head {
 		args = append(args, h)
 	}
-	return append(args, l.params...)
+	return append(append(args, l.params...), tail...)
 }
 
 // configHash names a limit's configuration in its keys, so that changing a
@@ -229,6 +243,11 @@ func (l *limiter) call(ctx context.Context, key string, head ...int64) (tierlimi
 	if l.clock != nil || !slices.Equal(head, l.oneHead) {
 		args = l.args(head)
 	}
+	return l.run(ctx, key, args)
+}
+
+// run runs the script for key with ARGV args.
+func (l *limiter) run(ctx context.Context, key string, args []any) (tierlimit.Result, int64, error) {
 	reply, err := l.alg.script.Run(ctx, l.rdb, l.redisKeys(key), args...).Slice()
 	if err != nil {
 		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: %w", l.alg.name, err)

@@ -16,10 +16,8 @@ const DefaultPrefix = "tierlimit:"
 const maxPrefixLen = 64
 
 // Clock tells the time. Pass one to WithClientClock to decide on the
-// client's clock instead of the Redis server's.
-type Clock interface {
-	Now() time.Time
-}
+// client's clock instead of the Redis server's. It is tierlimit.Clock.
+type Clock = tierlimit.Clock
 
 // Option configures a limiter of this package.
 type Option interface {
@@ -35,6 +33,7 @@ type config struct {
 	extra  []tierlimit.Limit
 	clock  Clock
 	obs    *tierlimit.Observer
+	hold   time.Duration // WithLeaseLedger
 }
 
 // WithPrefix sets the prefix of every Redis key (default DefaultPrefix). It
@@ -86,6 +85,34 @@ func WithObserver(o *tierlimit.Observer) Option {
 			return fmt.Errorf("%w: remote: nil observer", tierlimit.ErrInvalidOption)
 		}
 		c.obs = o
+		return nil
+	})
+}
+
+// maxHold bounds WithLeaseLedger's hold.
+const maxHold = 2 * time.Hour
+
+// WithLeaseLedger makes a TokenBucket keep, next to each bucket, a ledger
+// of the tokens leased to holders (Claim.Holder) that they may still spend,
+// and refill the bucket only up to its capacity minus those tokens. The
+// level and the tokens held then never add up to more than the capacity,
+// so that holders spending leased tokens admit, over any interval T, at
+// most capacity + rate·T, as one bucket would. The hybrid tier leases this
+// way.
+//
+// hold is how long after a holder's last grant its tokens stay in the
+// ledger: the holder must spend none of them after that (a holder's refund
+// or claim ends or lowers its entry sooner). It must be between 1 ms and
+// two hours. A TokenBucket with a ledger enforces one limit (no WithLimits);
+// Lease, LeaseBatch and Refund then need a Holder, and AllowN admits only
+// from what the ledger leaves in the bucket.
+func WithLeaseLedger(hold time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if hold < time.Millisecond || hold > maxHold {
+			return fmt.Errorf("%w: remote: lease ledger hold %v must be between 1ms and %v",
+				tierlimit.ErrInvalidOption, hold, maxHold)
+		}
+		c.hold = hold
 		return nil
 	})
 }

@@ -74,17 +74,15 @@ func clientClockBackend(rdb redis.UniversalClient) backend {
 
 func TestSuiteMiniredis(t *testing.T) { runSuite(t, miniBackend(t)) }
 
-func TestSuiteRedis(t *testing.T) {
-	s := redistest.Start(t)
-	b := clientClockBackend(s.Client(t))
-	runSuite(t, b)
-	assertTTLs(t, b.rdb)
-}
+func TestSuiteRedis(t *testing.T) { checkOn(t, redistest.Start(t).Client(t), runSuite) }
 
-func TestSuiteCluster(t *testing.T) {
-	c := redistest.StartCluster(t)
-	b := clientClockBackend(c.Client(t))
-	runSuite(t, b)
+func TestSuiteCluster(t *testing.T) { checkOn(t, redistest.StartCluster(t).Client(t), runSuite) }
+
+// checkOn runs run on rdb, a real Redis or Cluster, with a client clock
+// the run sets, then checks that every key left has a TTL.
+func checkOn(t *testing.T, rdb redis.UniversalClient, run func(*testing.T, backend)) {
+	b := clientClockBackend(rdb)
+	run(t, b)
 	assertTTLs(t, b.rdb)
 }
 

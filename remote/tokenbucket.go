@@ -51,6 +51,20 @@ type Claim struct {
 	Min    int64 // fewest tokens worth taking; fewer available grants none
 	Want   int64 // most tokens to take; Min <= Want <= capacity
 	Refund int64 // tokens returned first; 0 <= Refund <= capacity
+
+	// A bucket WithLeaseLedger records what each holder holds, and needs
+	// the next three fields (and Refund 0: use Refund to give back); any
+	// other bucket needs them zero.
+	//
+	// Holder names who holds the tokens granted: unique in the fleet
+	// (an instance and its lease, say), at most 64 bytes.
+	Holder string
+	// Gen numbers the holder's claims, increasing (from 1): a Refund names
+	// the last one before it.
+	Gen int64
+	// Held is what the holder still holds of its earlier grants as it
+	// claims (at least; >= 0): the ledger lowers its entry to it.
+	Held int64
 }
 
 // Lease takes between c.Min and c.Want tokens for key in one round trip,
@@ -63,7 +77,7 @@ func (b *TokenBucket) Lease(ctx context.Context, key string, c Claim) (int64, ti
 		return 0, tierlimit.Result{}, err
 	}
 	start := b.start()
-	res, granted, err := b.call(ctx, key, c.Min, c.Want, c.Refund)
+	res, granted, err := b.run(ctx, key, b.claimArgs(c))
 	b.reportCall("claim", start, err)
 	return granted, res, err
 }
@@ -76,7 +90,36 @@ func (b *TokenBucket) checkClaim(key string, c Claim) error {
 		return fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
 			tierlimit.ErrInvalidCost, c, b.maxN)
 	}
+	if b.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Refund != 0) {
+		return fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0 and Refund 0",
+			tierlimit.ErrInvalidCost, c)
+	}
+	return b.checkHolder(c.Holder, c.Gen)
+}
+
+// maxHolderLen bounds Claim.Holder and Refund.Holder.
+const maxHolderLen = 64
+
+// checkHolder checks the holder of a claim or refund: named, with a
+// ledger; absent, without.
+func (b *TokenBucket) checkHolder(holder string, gen int64) error {
+	switch {
+	case !b.alg.holders && (holder != "" || gen != 0):
+		return fmt.Errorf("%w: remote: holder %q for a bucket without a lease ledger", tierlimit.ErrInvalidKey, holder)
+	case b.alg.holders && (holder == "" || len(holder) > maxHolderLen || gen < 0):
+		return fmt.Errorf("%w: remote: a lease ledger needs a holder of 1 to %d bytes and Gen >= 0, not %q, %d",
+			tierlimit.ErrInvalidKey, maxHolderLen, holder, gen)
+	}
 	return nil
+}
+
+// claimArgs returns the ARGV of claim c.
+func (b *TokenBucket) claimArgs(c Claim) []any {
+	head := []int64{c.Min, c.Want, c.Refund}
+	if !b.alg.holders {
+		return b.args(head)
+	}
+	return b.argsTail(head, []any{c.Gen, c.Held, c.Holder})
 }
 
 // Refund gives N unspent tokens back to Key.
@@ -90,6 +133,11 @@ type Refund struct {
 	// run twice. Use an ID unique to this refund, at most 64 bytes; it
 	// costs a short-lived marker key in Redis.
 	ID string
+	// Holder and Gen, for a bucket WithLeaseLedger only: the holder giving
+	// the tokens back, which then holds none, and the Gen of its last
+	// claim before it counted them (a later claim's entry stays).
+	Holder string
+	Gen    int64
 }
 
 // Refund gives tokens back to their buckets, capped at capacity, in one
@@ -104,16 +152,24 @@ func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) (failed []R
 		if len(r.ID) > 64 {
 			return refunds, fmt.Errorf("%w: remote: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
 		}
+		if err := b.checkHolder(r.Holder, r.Gen); err != nil {
+			return refunds, err
+		}
 	}
-	cmds := b.pipeline(ctx, "refund", len(refunds), func(i int) ([]string, []int64) {
-		keys := b.redisKeys(refunds[i].Key)
-		if id := refunds[i].ID; id != "" {
-			tag := keyTag(refunds[i].Key)
+	cmds := b.pipeline(ctx, "refund", len(refunds), func(i int) ([]string, []any) {
+		r := &refunds[i]
+		keys := b.redisKeys(r.Key)
+		if r.ID != "" {
+			tag := keyTag(r.Key)
 			// '!' after the tag, where every state key has ':': a marker
 			// never names the state of any user key.
-			keys = append(keys, b.bases[0]+string(tag[:])+"}!"+id)
+			keys = append(keys, b.bases[0]+string(tag[:])+"}!"+r.ID)
 		}
-		return keys, []int64{0, 0, refunds[i].N}
+		head := []int64{0, 0, r.N}
+		if !b.alg.holders {
+			return keys, b.args(head)
+		}
+		return keys, b.argsTail(head, []any{r.Gen, -1, r.Holder})
 	})
 	var errs []error
 	for i, c := range cmds {
@@ -145,8 +201,8 @@ func (b *TokenBucket) LeaseBatch(ctx context.Context, keys []string, claims []Cl
 			return grants
 		}
 	}
-	cmds := b.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []int64) {
-		return b.redisKeys(keys[i]), []int64{claims[i].Min, claims[i].Want, claims[i].Refund}
+	cmds := b.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []any) {
+		return b.redisKeys(keys[i]), b.claimArgs(claims[i])
 	})
 	for i, c := range cmds {
 		reply, err := c.Slice()
@@ -159,11 +215,11 @@ func (b *TokenBucket) LeaseBatch(ctx context.Context, keys []string, claims []Cl
 }
 
 // pipeline runs the script n times, call i with the Redis keys and ARGV
-// head that at(i) returns, in one pipeline. A pipeline does not fall back to EVAL by
+// that at(i) returns, in one pipeline. A pipeline does not fall back to EVAL by
 // itself: the calls the server answered NOSCRIPT are sent again with EVAL,
 // and only those, so that none runs twice. The observer sees one call, op,
 // with the first error of the calls, if any.
-func (b *TokenBucket) pipeline(ctx context.Context, op string, n int, at func(int) ([]string, []int64)) []*redis.Cmd {
+func (b *TokenBucket) pipeline(ctx context.Context, op string, n int, at func(int) ([]string, []any)) []*redis.Cmd {
 	start := b.start()
 	cmds := b.sendAgain(ctx, n, at)
 	if b.onCall != nil {
@@ -179,7 +235,7 @@ func (b *TokenBucket) pipeline(ctx context.Context, op string, n int, at func(in
 }
 
 // sendAgain sends the calls, and again with EVAL those answered NOSCRIPT.
-func (b *TokenBucket) sendAgain(ctx context.Context, n int, at func(int) ([]string, []int64)) []*redis.Cmd {
+func (b *TokenBucket) sendAgain(ctx context.Context, n int, at func(int) ([]string, []any)) []*redis.Cmd {
 	cmds := b.send(ctx, n, at, nil)
 	var again []int
 	for i, c := range cmds {
@@ -196,7 +252,7 @@ func (b *TokenBucket) sendAgain(ctx context.Context, n int, at func(int) ([]stri
 }
 
 // send pipelines the calls with EVALSHA, or with EVAL those at index in only.
-func (b *TokenBucket) send(ctx context.Context, n int, at func(int) ([]string, []int64), only []int) []*redis.Cmd {
+func (b *TokenBucket) send(ctx context.Context, n int, at func(int) ([]string, []any), only []int) []*redis.Cmd {
 	if only != nil {
 		n = len(only)
 	}
@@ -207,8 +263,8 @@ func (b *TokenBucket) send(ctx context.Context, n int, at func(int) ([]string, [
 			if only != nil {
 				run, j = b.alg.script.Eval, only[i]
 			}
-			keys, head := at(j)
-			cmds[i] = run(ctx, p, keys, b.args(head)...)
+			keys, args := at(j)
+			cmds[i] = run(ctx, p, keys, args...)
 		}
 		return nil
 	})

@@ -1,0 +1,137 @@
+-- ledger.lua: the token bucket of tokenbucket.lua, one limit, with a ledger
+-- of the tokens holders (hybrid instances) have leased and may still spend.
+-- The bucket refills only up to capacity minus what the ledger holds, so
+-- that the level plus the tokens held never exceed the capacity: a fleet
+-- then admits, over any interval T, at most capacity + rate·T, as one bucket
+-- would, whatever it held when the interval began.
+--
+-- KEYS[1]  string "s:ts": s = level in units, ts = µs of the last write. An
+--          absent key is a bucket full up to what the ledger leaves.
+-- KEYS[2]  hash holder -> "held:gen:deadline": tokens the holder may still
+--          spend (an upper bound), the number of its last claim, and the µs
+--          after which it spends none of them (it promises to stop before).
+-- KEYS[3]  optional: the marker of an idempotent refund (tokenbucket.lua).
+-- ARGV[1]  client clock in µs, or 0 for TIME
+-- ARGV[2]  min: tokens required; fewer available denies and grants nothing
+-- ARGV[3]  want: tokens to take at most (>= min)
+-- ARGV[4]  refund: tokens the holder gives back (it holds none after)
+-- ARGV[5..7] unit (units per token), per (units refilled per µs), cap
+--          (capacity × unit)
+-- ARGV[8]  hold: µs from a grant to the holder's deadline
+-- ARGV[9]  gen: the claim's number (claims of a holder are numbered in
+--          order), or for a refund the number of the last claim before it
+-- ARGV[10] held: for a claim, the tokens the holder still holds as it sends
+--          it (an upper bound); -1 for a call that is not a holder's claim
+-- ARGV[11] holder, or '' for a call that holds nothing (AllowN)
+--
+-- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
+-- reset_us}; remaining is the level, what a claim could take now.
+--
+-- Invariants, with O the tokens the ledger holds: s + O × unit <= cap after
+-- every call; the level rises by at most per µs of elapsed time, whatever
+-- the ledger does (a holder's deadline passing raises the ceiling, not the
+-- level); a denied call grants nothing; every key has a TTL, and the state
+-- lives until the bucket is full after the ledger's last deadline.
+local now = now_us()
+local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local unit, per, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local hold, gen, held, holder = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+if refund > 0 and KEYS[3] and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', 30000) then
+  refund = 0 -- this refund ran already
+end
+
+-- The ledger: live entries, and those past their deadline in time order.
+local total, maxd = 0, 0 -- tokens of every entry; latest live deadline
+local mine               -- {held, gen, deadline} of holder's live entry
+local gone, dead = {}, {}
+local raw = redis.call('HGETALL', KEYS[2])
+for i = 1, #raw, 2 do
+  local h, g, d = string.match(raw[i + 1], '^(%d+):(%d+):(%d+)$')
+  h, g, d = tonumber(h), tonumber(g), tonumber(d)
+  total = total + h
+  if d <= now then
+    gone[#gone + 1] = raw[i]
+    dead[#dead + 1] = {d, h}
+  else
+    if d > maxd then maxd = d end
+    if raw[i] == holder then mine = {h, g, d} end
+  end
+end
+
+-- Refill up to now, the ceiling rising at each deadline passed.
+local s, ts
+local v = redis.call('GET', KEYS[1])
+if v then
+  local x, y = string.match(v, '^(%d+):(%d+)$')
+  s, ts = tonumber(x), tonumber(y)
+  if ts > now then now = ts end -- a server clock that stepped back must not refill twice
+  if s > cap - total * unit then s = math.max(cap - total * unit, 0) end
+else
+  s, ts = math.max(cap - total * unit, 0), now
+end
+if #dead > 1 then table.sort(dead, function(a, b) return a[1] < b[1] end) end
+for _, x in ipairs(dead) do
+  if x[1] > ts then
+    s = math.min(math.max(cap - total * unit, s), s + (x[1] - ts) * per)
+    ts = x[1]
+  end
+  total = total - x[2]
+end
+if now > ts then
+  s = math.min(math.max(cap - total * unit, s), s + (now - ts) * per)
+end
+local dirty = #gone > 0
+if dirty then redis.call('HDEL', KEYS[2], unpack(gone)) end
+
+-- The holder's report: a refund ends its entry (unless a later claim wrote
+-- it); a claim lowers it to what the holder says it still holds.
+local keep = 0 -- what holder's entry holds before this call's grant
+if mine then keep = mine[1] end
+if refund > 0 then
+  if mine and mine[2] <= gen then
+    total, keep, mine = total - keep, 0, nil
+    redis.call('HDEL', KEYS[2], holder)
+  end
+  s = math.min(cap - total * unit, s + refund * unit)
+  dirty = true
+elseif mine and held >= 0 and held < keep then
+  total, keep = total - keep + held, held
+end
+
+local avail = idiv(s, unit)
+local grant = want
+if avail < grant then grant = avail end
+local allowed = 1
+if grant < min then grant, allowed = 0, 0 end
+s = s - grant * unit
+if holder ~= '' and held >= 0 and (grant > 0 or mine) then
+  if grant > 0 then
+    local d = now + hold
+    if d > maxd then maxd = d end
+    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d', keep + grant, gen, d))
+  elseif keep > 0 then
+    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d', keep, gen, mine[3]))
+  else
+    redis.call('HDEL', KEYS[2], holder)
+  end
+  total = total + grant
+  dirty = true
+end
+if grant > 0 then dirty = true end
+
+local reset = cdiv(cap - s, per)
+if dirty then
+  if total > 0 then expire_us(KEYS[2], maxd - now) end
+  -- The level only rises until a grant rewrites the state: full by the
+  -- last deadline plus reset, when the absent key means a full bucket.
+  local life = reset
+  if total > 0 then life = maxd - now + reset end
+  if s >= cap then
+    redis.call('DEL', KEYS[1])
+  else
+    put(KEYS[1], string.format('%d:%d', s, now), life)
+  end
+end
+local retry = 0
+if allowed == 0 then retry = cdiv(min * unit - s, per) end
+return {allowed, grant, idiv(s, unit), retry, reset}

@@ -1,0 +1,272 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+)
+
+func TestLeaseLedgerMiniredis(t *testing.T) { testLeaseLedger(t, miniBackend(t)) }
+
+func TestLeaseLedgerRedis(t *testing.T) { checkOn(t, redistest.Start(t).Client(t), testLeaseLedger) }
+
+// testLeaseLedger steps a bucket of 10 tokens at 10/s, whose holders hold
+// their tokens 1 s after a grant, through claims, refunds and deadlines,
+// checking the level (a peek's Remaining) after each step. A bucket without
+// the ledger would be back at 10 within a second of any claim.
+func testLeaseLedger(t *testing.T, b backend) {
+	ctx := context.Background()
+	tb, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10), append(b.opts, WithLeaseLedger(time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	claim := func(holder string, gen, held, want int64) func() (int64, error) {
+		return func() (int64, error) {
+			n, _, err := tb.Lease(ctx, "k", Claim{Min: min(1, want), Want: want, Holder: holder, Gen: gen, Held: held})
+			return n, err
+		}
+	}
+	refund := func(holder string, gen, n int64) func() (int64, error) {
+		return func() (int64, error) {
+			_, err := tb.Refund(ctx, Refund{Key: "k", N: n, Holder: holder, Gen: gen})
+			return 0, err
+		}
+	}
+	steps := []struct {
+		name    string
+		at      time.Time
+		op      func() (int64, error) // nil: peek only
+		granted int64
+		level   int64
+	}{
+		{"a claims 4", ms(0), claim("a", 1, 0, 4), 4, 6},
+		// The bucket refills up to 10 - 4 only: a holds 4.
+		{"ceiling while a holds 4", ms(500), nil, 0, 6},
+		// a says it holds 1: the ceiling rises to 9, the level does not jump.
+		{"a reports 1 held", ms(500), claim("a", 2, 1, 0), 0, 6},
+		{"refill under the new ceiling", ms(700), nil, 0, 8},
+		{"at the ceiling", ms(900), nil, 0, 9},
+		// a's deadline (1 s after its grant) passed at 1000 ms: the level
+		// grows from there at 10/s, it does not jump to 10.
+		{"a's deadline passed", ms(1050), nil, 0, 9},
+		{"full again", ms(1200), nil, 0, 10},
+		{"b claims 5", ms(1200), claim("b", 1, 0, 5), 5, 5},
+		{"b refunds 5", ms(1200), refund("b", 1, 5), 0, 10},
+		{"c claims 3", ms(1200), claim("c", 1, 0, 3), 3, 7},
+		{"c claims 2 more", ms(1200), claim("c", 2, 3, 2), 2, 5},
+		// A refund counted before c's second claim leaves c's entry (5)
+		// and is capped at the ceiling, 10 - 5.
+		{"c's stale refund", ms(1200), refund("c", 1, 3), 0, 5},
+		{"ceiling while c holds 5", ms(2000), nil, 0, 5},
+		// Someone else's AllowN admits from the level only.
+		{"allow 2", ms(2000), func() (int64, error) {
+			r, err := tb.AllowN(ctx, "k", 2)
+			if !r.Allowed {
+				return 0, errors.New("AllowN(2) denied")
+			}
+			return 2, err
+		}, 2, 3},
+		{"c's deadline passed", ms(2300), nil, 0, 6}, // 3 at 2000 ms, the ceiling 5 at 2200, then +1
+		{"full at last", ms(3000), nil, 0, 10},
+	}
+	for _, s := range steps {
+		b.set(s.at)
+		if s.op != nil {
+			got, err := s.op()
+			if err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			if got != s.granted {
+				t.Errorf("%s: granted %d, want %d", s.name, got, s.granted)
+			}
+		}
+		r, err := tb.AllowN(ctx, "k", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Remaining != s.level {
+			t.Errorf("%s: level %d, want %d", s.name, r.Remaining, s.level)
+		}
+	}
+}
+
+func TestLeaseLedgerInput(t *testing.T) {
+	b := miniBackend(t)
+	ctx := context.Background()
+	ledger, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10), WithLeaseLedger(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := string(make([]byte, 65))
+	claims := []struct {
+		tb   *TokenBucket
+		c    Claim
+		want error
+	}{
+		{ledger, Claim{Min: 1, Want: 1}, tierlimit.ErrInvalidCost},                      // no Gen
+		{ledger, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},               // no holder
+		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: long}, tierlimit.ErrInvalidKey}, // holder too long
+		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a", Held: -1}, tierlimit.ErrInvalidCost},
+		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost}, // refund in a claim
+		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},              // no ledger to record it
+		{plain, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},
+	}
+	for _, c := range claims {
+		if _, _, err := c.tb.Lease(ctx, "k", c.c); !errors.Is(err, c.want) {
+			t.Errorf("Lease(%+v) = %v, want %v", c.c, err, c.want)
+		}
+	}
+	if _, err := ledger.Refund(ctx, Refund{Key: "k", N: 1}); !errors.Is(err, tierlimit.ErrInvalidKey) {
+		t.Errorf("Refund without a holder = %v, want ErrInvalidKey", err)
+	}
+	for _, opts := range [][]Option{
+		{WithLeaseLedger(0)},
+		{WithLeaseLedger(3 * time.Hour)},
+		{WithLeaseLedger(time.Second), WithLimits(tierlimit.PerMinute(100))},
+	} {
+		if _, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10), opts...); !errors.Is(err, tierlimit.ErrInvalidOption) {
+			t.Errorf("NewTokenBucket with %d options = %v, want ErrInvalidOption", len(opts), err)
+		}
+	}
+	if _, err := NewGCRA(b.rdb, tierlimit.PerSecond(10), WithLeaseLedger(time.Second)); !errors.Is(err, tierlimit.ErrInvalidOption) {
+		t.Errorf("NewGCRA WithLeaseLedger = %v, want ErrInvalidOption", err)
+	}
+}
+
+// FuzzLedger plays three holders against a bucket with a lease ledger, as
+// hybrid instances use it: they claim (reporting what they hold), spend
+// what they hold, refund it, and drop it one lease TTL after their last
+// grant, as hybrid's janitor does, while time steps on. After every step
+// the stored level plus the ledger's records stay within capacity, and
+// every holder holds at most its record; at the end, over every interval
+// between two steps, the holders spent at most capacity + rate·T: G1,
+// whatever the order of claims, refunds, spends and pauses.
+func FuzzLedger(f *testing.F) {
+	f.Add([]byte{0x00, 0x01, 0x02, 0x14, 0x15, 0x16, 0xf3, 0x00, 0x01, 0x02, 0x14, 0x15})
+	f.Add([]byte("claims, a pause longer than the TTL, then a surge of spends"))
+	f.Add([]byte{0x70, 0x71, 0x72, 0x37, 0x04, 0x05, 0x06, 0x77, 0x74, 0x75, 0x76, 0x08, 0x09, 0x0a, 0xb7})
+	// a leases 16 (the level is capped at 4), spends them just before its
+	// TTL ends, and its record ends 0.5 s later: the level must grow from
+	// 4 from then on, not jump to what the ceiling allows, or b spends so
+	// much more that the 0.6 s from a's spends admit over their bound of
+	// 26 (28 with a lazy refill).
+	f.Add([]byte{0x70, 0x70, 0x6c, 0x44, 0x44, 0x44, 0x44, 0x4c, 0x71, 0x71, 0x71, 0x45, 0x45, 0x45, 0x45, 0x45})
+	m, rdb := fuzzRedis(f)
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 300 {
+			ops = ops[:300]
+		}
+		m.FlushAll()
+		ctx := context.Background()
+		const ttl = time.Second // a holder spends its tokens for one TTL after its last grant
+		limit := tierlimit.PerSecond(10).WithBurst(20)
+		tb, err := NewTokenBucket(rdb, limit, WithLeaseLedger(ttl+ttl/2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unit, _ := limit.Scale()
+		keys := tb.redisKeys("k")
+		now := t0
+		m.SetTime(now)
+		type holder struct {
+			name      string
+			gen, held int64
+			until     time.Time // spends nothing from then on
+		}
+		hs := []*holder{{name: "a"}, {name: "b"}, {name: "c"}}
+		var spent int64
+		type point struct {
+			at    time.Time
+			spent int64
+		}
+		points := []point{{now, 0}}
+		refunds := 0
+		refund := func(h *holder) {
+			if h.held == 0 {
+				return
+			}
+			refunds++
+			if _, err := tb.Refund(ctx, Refund{Key: "k", N: h.held, Holder: h.name, Gen: h.gen, ID: "r" + string(rune('0'+refunds))}); err != nil {
+				t.Fatal(err)
+			}
+			h.held = 0
+		}
+		for _, op := range ops {
+			h, arg := hs[int(op&3)%3], int64(op>>4)
+			switch op >> 2 & 3 {
+			case 0: // claim
+				h.gen++
+				n, _, err := tb.Lease(ctx, "k", Claim{Min: 1, Want: arg%8 + 1, Holder: h.name, Gen: h.gen, Held: h.held})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n > 0 {
+					h.held += n
+					h.until = now.Add(ttl)
+				}
+			case 1: // spend
+				n := min(h.held, arg%5)
+				h.held -= n
+				spent += n
+			case 2:
+				refund(h)
+			case 3: // time passes; holders whose lease ran out give it back
+				now = now.Add(time.Duration(arg) * 150 * time.Millisecond)
+				m.SetTime(now)
+				for _, h := range hs {
+					if !now.Before(h.until) {
+						refund(h)
+					}
+				}
+			}
+			points = append(points, point{now, spent})
+
+			// The stored level and the records stay within capacity, and
+			// each holder holds at most its record.
+			records := rdb.HGetAll(ctx, keys[1]).Val()
+			var sum int64
+			for _, h := range hs {
+				var rec, gen, deadline int64
+				if v, ok := records[h.name]; ok {
+					if _, err := fmt.Sscanf(v, "%d:%d:%d", &rec, &gen, &deadline); err != nil {
+						t.Fatalf("record %q: %v", v, err)
+					}
+				}
+				sum += rec
+				if h.held > rec {
+					t.Fatalf("holder %s holds %d, its record %d", h.name, h.held, rec)
+				}
+			}
+			if v, err := rdb.Get(ctx, keys[0]).Result(); err == nil {
+				var s, ts int64
+				if _, err := fmt.Sscanf(v, "%d:%d", &s, &ts); err != nil {
+					t.Fatalf("state %q: %v", v, err)
+				}
+				if s+sum*unit > limit.Capacity()*unit {
+					t.Fatalf("level %d units + records %d tokens > capacity %d", s, sum, limit.Capacity())
+				}
+			} else if sum > limit.Capacity() {
+				t.Fatalf("records %d > capacity %d", sum, limit.Capacity())
+			}
+		}
+		// G1 over every interval between two steps.
+		for i, p := range points {
+			for _, q := range points[i+1:] {
+				bound := limit.Capacity() + int64(q.at.Sub(p.at)/limit.Every())
+				if got := q.spent - p.spent; got > bound {
+					t.Fatalf("spent %d over %v, bound %d", got, q.at.Sub(p.at), bound)
+				}
+			}
+		}
+	})
+}
