@@ -3,8 +3,12 @@
 //
 // An instance leases batches of tokens from the Redis token bucket (package
 // remote) with one Lua call: tokens are debited in Redis before they are
-// spent locally, so whatever the instances do with them, the fleet admits at
-// most what the bucket allows. A [Limiter] decides, for each AllowN:
+// spent locally. Over any interval the fleet admits at most what one bucket
+// allows plus the tokens held in leases at the interval's start; with
+// WithLeaseLedger, a ledger beside the bucket records what each instance
+// still holds, the bucket refills only what the leases leave, and the bound
+// is exactly one bucket's (docs/design.md, G1, with its two exceptions). A
+// [Limiter] decides, for each AllowN:
 //
 //  1. Lease: if the key holds a local lease with n tokens, take them with an
 //     atomic operation and allow (Source local). No clock read, no allocation.

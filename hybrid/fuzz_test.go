@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzOps runs arbitrary sequences of AllowN, Reset, time steps and lease
-// expiries against miniredis, then closes the limiter. It checks that the
+// expiries against miniredis, with the lease ledger for inputs of odd
+// length, then closes the limiter. It checks that the
 // ledger balances, that Stats.Spent equals what was admitted, that Remaining
 // stays within [0, Burst], and that a key whose time never moved holds
 // exactly capacity minus what was admitted in Redis.
@@ -23,7 +24,11 @@ func FuzzOps(f *testing.F) {
 		}
 		e := newEnv(t)
 		limit := tierlimit.PerHour(40)
-		l := e.limiter(t, limit, WithLeaseBounds(1, 8), WithMaxKeys(64), WithCallBudget(10*time.Second))
+		opts := []Option{WithLeaseBounds(1, 8), WithMaxKeys(64), WithCallBudget(10 * time.Second)}
+		if len(ops)%2 == 1 {
+			opts = append(opts, WithLeaseLedger()) // half the inputs: the ledger's claims and refunds
+		}
+		l := e.limiter(t, limit, opts...)
 		var admitted int64
 		spent := map[string]int64{}  // since the key's last Reset
 		stepped := map[string]bool{} // time moved since the key's last Reset

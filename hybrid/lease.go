@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,8 @@ type entry struct {
 	lastSize     atomic.Int64 // tokens granted by the last claim
 
 	// Claims, refills and the janitor only.
+	holder     string       // e's name in the bucket's ledger (WithLeaseLedger): unique in the fleet
+	gen        int64        // e's claims so far, with the ledger; under the key lock
 	expires    atomic.Int64 // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64 // ns of the last claim
 	refilling  atomic.Bool
@@ -270,11 +273,12 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	want := l.size(e, lo, now)
 	var granted int64
 	var res tierlimit.Result
+	c := l.claimOf(e, lo, want)
 	ev, err := l.call("claim", l.cfg.callBudget, func() error {
 		cctx, cancel := l.budget(ctx)
 		defer cancel()
 		var err error
-		granted, res, err = l.bucket.Lease(cctx, e.key, remote.Claim{Min: lo, Want: want})
+		granted, res, err = l.bucket.Lease(cctx, e.key, c)
 		return err
 	})
 	if err != nil {
@@ -282,6 +286,18 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	}
 	l.apply(e, now, want, granted, res)
 	return nil
+}
+
+// claimOf returns the claim of between lo and want tokens for e: with a
+// ledger (WithLeaseLedger), numbered and with what e holds now. The caller
+// holds e's key lock: e's claims and refunds are numbered in the order they
+// are made.
+func (l *Limiter) claimOf(e *entry, lo, want int64) remote.Claim {
+	if !l.cfg.ledger {
+		return remote.Claim{Min: lo, Want: want}
+	}
+	e.gen++
+	return remote.Claim{Min: lo, Want: want, Holder: e.holder, Gen: e.gen, Held: e.tokens.Load()}
 }
 
 // apply records a claim of want tokens in e: the tokens granted, the demand
@@ -399,6 +415,9 @@ func (l *Limiter) entry(key string) *entry {
 		return e
 	}
 	e := &entry{key: key, stripe: uint8(keyHash(key))}
+	if l.cfg.ledger {
+		e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
+	}
 	// Wait makes the entry visible to the next Get. If ristretto refuses or
 	// drops it, the entry still serves this claim and its tokens are in
 	// held: the janitor refunds them.
@@ -530,7 +549,7 @@ func (l *Limiter) refillAll(batch []*entry) {
 		}
 		live = append(live, e)
 		keys = append(keys, e.key)
-		claims = append(claims, remote.Claim{Min: 1, Want: l.size(e, 1, now)})
+		claims = append(claims, l.claimOf(e, 1, l.size(e, 1, now)))
 	}
 	if len(live) == 0 {
 		return

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type Limiter struct {
 	fleet     string
 	instances atomic.Int64
 	refunds   atomic.Int64 // refunds sent, for their IDs
+	entries   atomic.Int64 // entries made, for their holder names
 
 	// Observer funcs, nil when not observed.
 	onDecision func(tierlimit.Decision)
@@ -111,7 +113,16 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if cfg.maxLease > capacity {
 		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, capacity)
 	}
-	bucket, err := remote.NewTokenBucket(rdb, limit, cfg.bucketOpts...)
+	bucketOpts := cfg.bucketOpts
+	if cfg.ledger {
+		// The bucket keeps a ledger of the tokens each entry holds, and
+		// refills only up to what they leave (G1 in docs/design.md). An
+		// entry stops spending at its lease TTL; the janitor, which takes
+		// them back, runs every quarter TTL: the ledger keeps them
+		// another half TTL.
+		bucketOpts = append(slices.Clip(bucketOpts), remote.WithLeaseLedger(leaseHold(cfg.leaseTTL)))
+	}
+	bucket, err := remote.NewTokenBucket(rdb, limit, bucketOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
@@ -368,6 +379,11 @@ func (l *Limiter) Close() error {
 	})
 	return l.closeErr
 }
+
+// leaseHold is how long the bucket's ledger counts an entry's tokens after
+// its last grant, for a lease TTL of ttl: the TTL, the janitor's quarter
+// TTL to take them back, and as much again for a janitor running late.
+func leaseHold(ttl time.Duration) time.Duration { return ttl + ttl/2 }
 
 // now returns the clock in nanoseconds since the epoch.
 func (l *Limiter) now() int64 { return l.cfg.clock.Now().UnixNano() }

@@ -36,14 +36,9 @@ const (
 	BaseBytes   = 8 << 20
 )
 
-// Clock tells the time. WithClock injects one; tests step it.
-type Clock interface {
-	Now() time.Time
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+// Clock tells the time. WithClock injects one; tests step it. It is
+// tierlimit.Clock.
+type Clock = tierlimit.Clock
 
 // Option configures a Limiter.
 type Option interface {
@@ -61,6 +56,7 @@ type config struct {
 	callBudget         time.Duration
 	maxKeys            int64
 	bucketOpts         []remote.Option // for the Redis token bucket, e.g. its prefix
+	ledger             bool            // WithLeaseLedger
 	clock              Clock
 	fallback           *tierlimit.Limit
 	prefix             string
@@ -77,7 +73,7 @@ func defaults() config {
 		refillInterval:   DefaultRefillInterval,
 		callBudget:       DefaultCallBudget,
 		maxKeys:          DefaultMaxKeys,
-		clock:            systemClock{},
+		clock:            tierlimit.SystemClock{},
 		prefix:           remote.DefaultPrefix,
 		breakerThreshold: DefaultBreakerThreshold,
 		probeInterval:    DefaultProbeInterval,
@@ -164,6 +160,26 @@ func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
 		c.bucketOpts = append(c.bucketOpts, remote.WithPrefix(prefix))
 		c.prefix = prefix
+		return nil
+	})
+}
+
+// WithLeaseLedger makes the fleet's admissions exactly one token bucket's,
+// capacity + rate·T over any interval T, even when instances hold leases
+// while the bucket refills (demand pauses, then surges). Without it the
+// bound is that plus the tokens held in leases at the interval's start (at
+// most about 5/4 of the lease bound per instance).
+//
+// The bucket then keeps, beside each key, a ledger of what each instance's
+// entry may still spend, and refills only up to what they leave
+// (remote.WithLeaseLedger; docs/design.md, G1). Local decisions cost the
+// same; each claim costs Redis about twice the server time, and where
+// claims dominate (many keys, each asked about once per lease TTL) that
+// cost feeds on itself: bench/RESULTS.md has the figures. Use it where the
+// limit must hold exactly across pauses in demand.
+func WithLeaseLedger() Option {
+	return optionFunc(func(c *config) error {
+		c.ledger = true
 		return nil
 	})
 }

@@ -31,27 +31,66 @@ func (l *Limiter) janitor() {
 // it is the last chance), adds the entries' local decisions to the
 // limiter's count and forgets entries that hold no tokens.
 //
+// An entry's tokens are taken under its key lock, with the number of its
+// last claim, which the refund names: the bucket's ledger then ends the
+// entry's record unless a later claim wrote it.
+//
 // A spend counts its decision in e.local and then, if e.held is false,
 // holds e again. Here e.held is cleared before e.local is taken, so a count
 // made after the take sees e.held false and puts e back: no count is left
 // in an entry the janitor no longer visits.
 func (l *Limiter) refundHeld(now time.Time, all bool) error {
-	var refunds []remote.Refund
+	var due []*entry
 	l.mu.Lock()
 	for e := range l.held {
 		if all || e.expires.Load() <= now.UnixNano() {
-			if t := e.tokens.Swap(0); t > 0 {
-				refunds = append(refunds, remote.Refund{Key: e.key, N: t, ID: l.refundID()})
+			due = append(due, e)
+		} else {
+			l.settle(e)
+		}
+	}
+	l.mu.Unlock()
+	refunds := make([]remote.Refund, 0, len(due))
+	for _, e := range due {
+		// A claim of e's key in flight holds its lock for as long as
+		// Redis takes to answer, which in an outage can be seconds: the
+		// janitor leaves e to its next round, a quarter TTL later (a
+		// claim that grants extends e's lease anyway). Close cannot wait:
+		// it takes the tokens with the number of the claim in flight,
+		// whose grant, if it lands, is never spent.
+		mu := l.keyLock(e.key)
+		locked := mu.TryLock()
+		if !locked && !all {
+			continue
+		}
+		gen, t := e.gen, e.tokens.Swap(0)
+		if locked {
+			mu.Unlock()
+		}
+		if t > 0 {
+			r := remote.Refund{Key: e.key, N: t, ID: l.refundID()}
+			if l.cfg.ledger {
+				r.Holder, r.Gen = e.holder, gen
 			}
+			refunds = append(refunds, r)
 		}
-		if e.tokens.Load() == 0 {
-			e.held.Store(false)
-			delete(l.held, e) // a later claim or count into e holds it again
-		}
-		l.localAllowed.Add(e.local.Swap(0))
+	}
+	l.mu.Lock()
+	for _, e := range due {
+		l.settle(e)
 	}
 	l.mu.Unlock()
 	return l.refund(refunds, all)
+}
+
+// settle adds e's local decisions to the limiter's count and forgets e if
+// it holds no tokens. The caller holds l.mu.
+func (l *Limiter) settle(e *entry) {
+	if e.tokens.Load() == 0 {
+		e.held.Store(false)
+		delete(l.held, e) // a later claim or count into e holds it again
+	}
+	l.localAllowed.Add(e.local.Swap(0))
 }
 
 // refund sends refunds in pipelined batches, through the breaker unless
