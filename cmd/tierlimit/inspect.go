@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,10 +147,11 @@ func findKeys(ctx context.Context, rdb *redis.Client, prefix, key string) ([]key
 type keyState struct {
 	name    keyName
 	typ     string
-	ttl     time.Duration // -1: no TTL (never written so by this library); -2: gone
-	value   string        // strings
-	entries []redis.Z     // sorted sets, oldest first
-	now     int64         // server clock, µs
+	ttl     time.Duration     // -1: no TTL (never written so by this library); -2: gone
+	value   string            // strings
+	entries []redis.Z         // sorted sets, oldest first
+	holders map[string]string // the lease ledger (a hash)
+	now     int64             // server clock, µs
 }
 
 func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyState, error) {
@@ -158,11 +160,13 @@ func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyS
 	var ttl *redis.DurationCmd
 	var val *redis.StringCmd
 	var zs *redis.ZSliceCmd
+	var hs *redis.MapStringStringCmd
 	// GET fails on a sorted set and ZRANGE on a string: the error that
 	// counts is the one of the command that fits the type.
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ, ttl = p.Type(ctx, k.full), p.PTTL(ctx, k.full)
 		val, zs = p.Get(ctx, k.full), p.ZRangeWithScores(ctx, k.full, 0, -1)
+		hs = p.HGetAll(ctx, k.full)
 		return nil
 	})
 	var err error
@@ -176,6 +180,8 @@ func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyS
 		st.value, err = val.Result()
 	case st.typ == "zset":
 		st.entries, err = zs.Result()
+	case st.typ == "hash":
+		st.holders, err = hs.Result()
 	}
 	if err != nil {
 		return st, fmt.Errorf("redis: read %q: %w", k.full, err)
@@ -243,8 +249,12 @@ func (st keyState) print(w io.Writer, c inspectConfig) {
 	default:
 		line("ttl", "%v", st.ttl)
 	}
-	if st.typ == "zset" {
+	switch st.typ {
+	case "zset":
 		st.printLog(line, limit)
+		return
+	case "hash":
+		st.printLedger(line)
 		return
 	}
 	line("value", "%q", st.value)
@@ -269,6 +279,24 @@ func (st keyState) matching(c inspectConfig) *tierlimit.Limit {
 	return nil
 }
 
+// printLedger explains a token bucket's lease ledger: what each holder
+// (a hybrid instance's entry for the key) may still spend, and until when.
+func (st keyState) printLedger(line func(string, string, ...any)) {
+	line("ledger", "tokens leased that holders may still spend: the bucket refills up to capacity minus their sum")
+	holders := slices.Sorted(maps.Keys(st.holders))
+	var sum int64
+	for _, h := range holders {
+		f, ok := fields(st.holders[h], 3)
+		if !ok {
+			line("holder", "%s: %q, not in the format held:gen:deadline (docs/operations.md)", h, st.holders[h])
+			continue
+		}
+		sum += f[0]
+		line("holder", "%s: %d tokens at most, after claim #%d; spends none after %s", h, f[0], f[1], st.ago(f[2]))
+	}
+	line("held", "%d tokens by %d holder(s)", sum, len(holders))
+}
+
 // decode explains a string value; limit, when known, turns it into what is
 // left now.
 func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Limit) {
@@ -284,7 +312,8 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 		if limit != nil {
 			unit, per := limit.Scale()
 			level := min(limit.Capacity()*unit, f[0]+max(0, st.now-f[1])*per)
-			line("now", "%.2f of %d tokens, refilled since", float64(level)/float64(unit), limit.Capacity())
+			line("now", "%.2f of %d tokens, refilled since (up to capacity minus what a lease ledger, :held, holds)",
+				float64(level)/float64(unit), limit.Capacity())
 		}
 	case "gcra":
 		f, ok := fields(st.value, 1)

@@ -64,14 +64,19 @@ func TestInspect(t *testing.T) {
 	if _, err := tb.AllowN(ctx, key, 1); err != nil { // back to 7 tokens
 		t.Fatal(err)
 	}
+	// A hybrid instance's lease: 2 more tokens, in the bucket's ledger.
+	ledger, _ := remote.NewTokenBucket(rdb, limit, remote.WithLeaseLedger(time.Second))
+	if _, _, err := ledger.Lease(ctx, key, remote.Claim{Min: 1, Want: 2, Holder: "inst.1", Gen: 1}); err != nil {
+		t.Fatal(err)
+	}
 	url := "redis://" + m.Addr() + "/0"
 
 	code, stdout, stderr := runCmd(t, "inspect", "-redis", url, "-rate", "10", key)
 	if code != exitOK || stderr != "" {
 		t.Fatalf("inspect = %d, stderr %q", code, stderr)
 	}
-	if !strings.HasPrefix(stdout, strconv.Quote(key)+": 8 key(s) under prefix \"tierlimit:\"") {
-		t.Errorf("inspect: want 8 keys (sliding log has two, and a refund marker):\n%s", stdout)
+	if !strings.HasPrefix(stdout, strconv.Quote(key)+": 9 key(s) under prefix \"tierlimit:\"") {
+		t.Errorf("inspect: want 9 keys (sliding log has two, a refund marker, a lease ledger):\n%s", stdout)
 	}
 	for _, a := range algorithms {
 		names, err := keysOf(a, limit, remote.DefaultPrefix, key)
@@ -85,7 +90,7 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		`now        7\.00 of 10 tokens, refilled since`,                  // tb: the clock stands still
+		`now        5\.00 of 10 tokens, refilled since`,                  // tb: the clock stands still
 		`now        8 of 10 tokens`,                                      // gcra
 		`now        6 of 10 left, the window ends in`,                    // fw
 		`now        9 of 10 left, the window ends in 1s`,                 // aw
@@ -96,21 +101,23 @@ func TestInspect(t *testing.T) {
 		`sorted set expires in 2s \(its TTL is extended once a Period\)`,
 		`refund     marker of the idempotent refund "lease-7"`,
 		`algorithm  tb: token bucket`,
+		`holder     inst\.1: 2 tokens at most, after claim #1; spends none after in 1s`,
+		`held       2 tokens by 1 holder`,
 	} {
 		if !regexp.MustCompile(want).MatchString(stdout) {
 			t.Errorf("inspect output lacks %q:\n%s", want, stdout)
 		}
 	}
-	if n := strings.Count(stdout, "written under the limit 10/1s"); n != 7 {
-		t.Errorf("%d keys written under 10/1s, want 7:\n%s", n, stdout)
+	if n := strings.Count(stdout, "written under the limit 10/1s"); n != 8 {
+		t.Errorf("%d keys written under 10/1s, want 8:\n%s", n, stdout)
 	}
 	if strings.Contains(stdout, "user:{42}:y") || strings.Contains(stdout, "elsewhere:") || strings.Contains(stdout, "NONE") {
 		t.Errorf("inspect shows another key, another prefix's, or a key without TTL:\n%s", stdout)
 	}
 
 	_, stdout, _ = runCmd(t, "inspect", key, "-rate", "20", "-redis", url) // flags after the key
-	if n := strings.Count(stdout, "written under another limit than 20/1s"); n != 7 {
-		t.Errorf("%d keys not written under 20/1s, want 7:\n%s", n, stdout)
+	if n := strings.Count(stdout, "written under another limit than 20/1s"); n != 8 {
+		t.Errorf("%d keys not written under 20/1s, want 8:\n%s", n, stdout)
 	}
 	_, stdout, _ = runCmd(t, "inspect", "-redis", url, "-prefix", "elsewhere:", key)
 	if !strings.Contains(stdout, ": 1 key(s)") || !strings.Contains(stdout, "a hash of the limit") {
@@ -130,6 +137,8 @@ func TestParseKeyName(t *testing.T) {
 	}{
 		{"p:tb:abc:{0011223344556677}:k", "k", true, "tb", ""},
 		{"p:sl:abc:{0011223344556677}:k:z", "k", true, "sl", ":z"},
+		{"p:tb:abc:{0011223344556677}:k:held", "k", true, "tb", ":held"},
+		{"p:gcra:abc:{0011223344556677}:k:held", "k", false, "", ""},
 		{"p:sl:abc:{0011223344556677}:k:z:h", "k:z", true, "sl", ":h"},
 		{"p:tb:abc:{0011223344556677}:k:z", "k", false, "", ""},
 		{"p:tb:abc:{0011223344556677}:a}:b", "a}:b", true, "tb", ""},

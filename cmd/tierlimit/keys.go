@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -59,12 +60,19 @@ type algorithm struct {
 }
 
 var algorithms = []algorithm{
-	{"tb", "token bucket (remote.TokenBucket, and the hybrid tier's leases)", limiterOf(remote.NewTokenBucket)},
+	// Built with a lease ledger, as the hybrid tier builds it: keysOf then
+	// names the ledger too. Its state key is a plain TokenBucket's.
+	{"tb", "token bucket (remote.TokenBucket, and the hybrid tier's leases)", limiterOf(ledgerBucket)},
 	{"gcra", "GCRA (remote.GCRA)", limiterOf(remote.NewGCRA)},
 	{"fw", "fixed window (remote.FixedWindow)", limiterOf(remote.NewFixedWindow)},
 	{"aw", "anchored window (remote.AnchoredWindow)", limiterOf(remote.NewAnchoredWindow)},
 	{"sl", "sliding log (remote.SlidingLog)", limiterOf(remote.NewSlidingLog)},
 	{"sw", "sliding window (remote.SlidingWindow)", limiterOf(remote.NewSlidingWindow)},
+}
+
+// ledgerBucket is remote.NewTokenBucket with a lease ledger.
+func ledgerBucket(rdb redis.UniversalClient, l tierlimit.Limit, opts ...remote.Option) (*remote.TokenBucket, error) {
+	return remote.NewTokenBucket(rdb, l, append(opts, remote.WithLeaseLedger(time.Second))...)
 }
 
 func limiterOf[L tierlimit.Limiter](newL func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (L, error)) func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (tierlimit.Limiter, error) {
@@ -111,7 +119,7 @@ type keyName struct {
 	alg    string
 	config string
 	tag    string
-	suffix string // after the user key: "" or, for the sliding log, ":z" or ":h"
+	suffix string // after the user key: "", for the sliding log ":z" or ":h", for the token bucket's lease ledger ":held"
 	refund string // the ID of a token bucket's refund marker, which names no user key
 }
 
@@ -133,7 +141,8 @@ func parseKeyName(full, prefix, key string) (keyName, bool) {
 	switch {
 	case rest == ":"+key:
 		return k, true
-	case alg == "sl" && (rest == ":"+key+":z" || rest == ":"+key+":h"):
+	case alg == "sl" && (rest == ":"+key+":z" || rest == ":"+key+":h"),
+		alg == "tb" && rest == ":"+key+":held":
 		k.suffix = rest[len(key)+1:]
 		return k, true
 	case alg == "tb" && strings.HasPrefix(rest, "!"):
