@@ -208,7 +208,7 @@ func TestHeartbeatSetsFallbackShare(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		rdb := redis.NewClient(&redis.Options{Addr: e.m.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		l, err := New(rdb, limit, WithHeartbeat(10*time.Millisecond))
+		l, err := New(rdb, limit, WithHeartbeat(10*time.Millisecond), WithCallBudget(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestHeartbeatSetsFallbackShare(t *testing.T) {
 	e.m.SetError("")
 	rdb := redis.NewClient(&redis.Options{Addr: e.m.Addr()})
 	defer rdb.Close()
-	l, err := New(rdb, limit, WithFallback(tierlimit.PerSecond(7)), WithHeartbeat(10*time.Millisecond))
+	l, err := New(rdb, limit, WithFallback(tierlimit.PerSecond(7)), WithHeartbeat(10*time.Millisecond), WithCallBudget(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
