@@ -127,10 +127,10 @@ type bench struct {
 }
 
 // setup returns the bench of tc with the clients of mix.
-func (tc overheadCase) setup(b *testing.B, mix clientMix) *bench {
+func (tc overheadCase) setup(tb testing.TB, mix clientMix) *bench {
 	m, err := New(benchLimiter, tc.opts...)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	bn := &bench{r: r, clients: tc.clients(mix.n), order: mix.order(), w: &nopWriter{h: http.Header{}}, limited: m.Handler(benchHandler)}
@@ -299,6 +299,38 @@ func BenchmarkOverheadPaired(b *testing.B) {
 				b.ReportMetric(float64(ns[0])/reqs, "direct-ns")
 				b.ReportMetric(float64(ns[1]-ns[0])/reqs, "overhead-ns")
 				b.ReportMetric(as[1]-as[0], "overhead-allocs")
+			})
+		}
+	}
+}
+
+// TestMiddlewareAllocs holds every case of BenchmarkOverhead to the
+// middleware's allocation bar, at most 3 per request on top of the limiter
+// and the handler, counted as BenchmarkOverheadPaired counts them: 2 (the
+// header fields' text and their slices) when the key costs nothing, as for
+// an IPv4 client or a remembered IPv6 one, and up to one more for the key
+// of an IPv6 client the middleware does not remember (nearly every one of
+// clients=many, fewer of clients=zipf).
+func TestMiddlewareAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	for _, tc := range overheadCases {
+		for _, cc := range clientMixes {
+			t.Run(tc.name+"/clients="+cc.name, func(t *testing.T) {
+				bn := tc.setup(t, cc)
+				got := allocs(2*manyClients, bn.serve) - allocs(2*manyClients, bn.direct)
+				lo, hi := 1.99, 2.01 // a stray allocation of the runtime's, now and then
+				switch {
+				case !strings.Contains(tc.client, ":") || cc.n == 1:
+				case cc.zipf:
+					lo, hi = 2.1, 2.9
+				default:
+					lo, hi = 2.9, 3
+				}
+				if got < lo || got > hi {
+					t.Errorf("%.3f allocations per request on top of the limiter, want %v to %v", got, lo, hi)
+				}
 			})
 		}
 	}
