@@ -220,6 +220,41 @@ func TestLeaseExpiryRefunds(t *testing.T) {
 	}
 }
 
+// TestRareKeys: a key asked less often than once per lease TTL finds its
+// lease expired at every decision and claims each time (docs/operations.md
+// says so); with a lease TTL above its interval, its lease grows and most
+// decisions are local.
+func TestRareKeys(t *testing.T) {
+	const every, asks = 1100 * time.Millisecond, 20
+	for _, tc := range []struct {
+		ttl            time.Duration
+		minRemote, max int64 // bounds of the decisions that claimed
+	}{
+		{time.Second, asks, asks},
+		{10 * time.Second, 1, asks / 2},
+	} {
+		t.Run(tc.ttl.String(), func(t *testing.T) {
+			e := newEnv(t)
+			l := e.limiter(t, tierlimit.PerSecond(100), WithLeaseTTL(tc.ttl))
+			for i := range asks {
+				if r, err := l.Allow(e.ctx, "rare"); err != nil || !r.Allowed {
+					t.Fatalf("ask %d: %+v, %v", i, r, err)
+				}
+				e.step(every)
+				if err := l.refundHeld(e.clock.Now(), false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := l.Stats()
+			t.Logf("lease TTL %v, asked every %v: %d of %d decisions claimed", tc.ttl, every, s.Remote, asks)
+			if s.Remote < tc.minRemote || s.Remote > tc.max {
+				t.Errorf("%d of %d decisions claimed, want %d to %d (stats %+v)", s.Remote, asks, tc.minRemote, tc.max, s)
+			}
+			checkLedger(t, s, asks)
+		})
+	}
+}
+
 func TestResetAndPeek(t *testing.T) {
 	e := newEnv(t)
 	l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(10, 10))
