@@ -258,9 +258,10 @@ func TestClientIPAllocsMany(t *testing.T) {
 }
 
 // TestTrustMemoSpread checks that a fleet of 16 proxies spreads over the
-// 32 slots (the hash has no seed: it lands them in 10 to 16), also when a
-// common port ends their texts (a hash of the last four bytes of the text
-// put "[2001:db8:ffff::N]:443" in 2 slots).
+// 32 slots, also when a common port ends their texts (a hash of the last
+// four bytes of the text put "[2001:db8:ffff::N]:443" in 2 slots). The
+// hash is seeded: a uniform one lands 16 texts in 6 slots or more but once
+// in 45 million tries.
 func TestTrustMemoSpread(t *testing.T) {
 	for _, format := range []string{"2001:db8:ffff::%x", "[2001:db8:ffff::%x]:443", "[2001:db8:ffff::%x]", "10.0.0.%d"} {
 		m := newTrustMemo()
@@ -268,8 +269,8 @@ func TestTrustMemoSpread(t *testing.T) {
 		for i := 1; i <= 16; i++ {
 			slots[m.slot(fmt.Sprintf(format, i))] = true
 		}
-		if len(slots) < 8 {
-			t.Errorf("16 proxies %q land in %d slots, want 8 or more", format, len(slots))
+		if len(slots) < 6 {
+			t.Errorf("16 proxies %q land in %d slots, want 6 or more", format, len(slots))
 		}
 	}
 }

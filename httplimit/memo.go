@@ -31,30 +31,20 @@ const (
 // text. A trustMemo is safe for concurrent use; its methods do nothing on
 // a nil *trustMemo.
 type trustMemo struct {
+	seed  maphash.Seed
 	slots [memoSlots]atomic.Pointer[string]
 }
 
-func newTrustMemo() *trustMemo { return new(trustMemo) }
+func newTrustMemo() *trustMemo { return &trustMemo{seed: maphash.MakeSeed()} }
 
-// slot returns text's slot: a multiplicative hash of the length and the
-// last four bytes of the address, where the addresses of one fleet
-// differ; in "[addr]:port" those before the ']'. A general hash of the
-// whole text (hash/maphash) made the middleware 40 ns slower behind an
-// IPv6 proxy (BenchmarkOverheadPaired). A text chosen to collide can only
-// evict a proxy (costing a parse), never be believed.
+// slot returns text's slot, by a seeded hash of the whole text. A text
+// chosen to collide can only evict a proxy (costing a parse), never be
+// believed. (A multiplicative hash of the last four bytes, once chosen
+// here as cheaper, measured no faster: behind a Forwarded IPv6 proxy the
+// middleware took 5-6% longer with it, BenchmarkOverheadPaired in
+// session 8, equal elsewhere.)
 func (m *trustMemo) slot(text string) *atomic.Pointer[string] {
-	end := len(text)
-	if end > 0 && text[0] == '[' {
-		if i := strings.LastIndexByte(text, ']'); i > 0 {
-			end = i
-		}
-	}
-	var h uint32
-	for i := max(end-4, 0); i < end; i++ {
-		h = h<<8 | uint32(text[i])
-	}
-	h += uint32(len(text)) << 27
-	return &m.slots[(h*0x9e3779b1)>>(32-memoBits)]
+	return &m.slots[maphash.String(m.seed, text)>>(64-memoBits)]
 }
 
 // has reports whether text was added.
@@ -117,8 +107,8 @@ const maxMemoText = 64
 //
 // Only addresses that are not trusted proxies are added, with the key
 // that any request naming them as the client gets, so a hit is the answer
-// a parse would give. Clients choose their texts, so unlike trustMemo it
-// hashes the whole text, with a random seed. A client seen once lands on
+// a parse would give. Clients choose their texts; like trustMemo it hashes
+// the whole text, with a random seed. A client seen once lands on
 // an empty slot, or replaces a taken one once in memoReplace tries; its
 // entry holds its key, so that remembering it costs no allocation more.
 // A keyMemo is safe for concurrent use; its methods do nothing on a nil
