@@ -193,16 +193,17 @@ func runMembers(t *testing.T, members int, spec memberSpec) [][]byte {
 func fleetTotals(t *testing.T, reports []memberReport) (total map[string]int64, began, last time.Time) {
 	t.Helper()
 	total = map[string]int64{}
+	var first, end int64
 	for i, r := range reports {
 		var spent int64
 		for k, n := range r.Admitted {
 			total[k] += n
 			spent += n
 		}
-		if i == 0 || r.Began < began.UnixNano() {
-			began = time.Unix(0, r.Began)
+		if i == 0 || r.Began < first {
+			first = r.Began
 		}
-		last = time.Unix(0, max(last.UnixNano(), r.LastEnd))
+		end = max(end, r.LastEnd)
 		s := r.Stats
 		if r.Errors != 0 {
 			t.Errorf("member %d: %d errors", i, r.Errors)
@@ -216,7 +217,7 @@ func fleetTotals(t *testing.T, reports []memberReport) (total map[string]int64, 
 		}
 		t.Logf("member %d: %d calls, %d admitted, %d Redis calls, stats %+v", i, r.Calls, spent, s.RedisCalls, s)
 	}
-	return total, began, last
+	return total, time.Unix(0, first), time.Unix(0, end)
 }
 
 // bucketBound is what one token bucket admits at most over [start, end].

@@ -39,10 +39,10 @@ func newTrustMemo() *trustMemo { return &trustMemo{seed: maphash.MakeSeed()} }
 
 // slot returns text's slot, by a seeded hash of the whole text. A text
 // chosen to collide can only evict a proxy (costing a parse), never be
-// believed. (A multiplicative hash of the last four bytes, once chosen
-// here as cheaper, measured no faster: behind a Forwarded IPv6 proxy the
-// middleware took 5-6% longer with it, BenchmarkOverheadPaired in
-// session 8, equal elsewhere.)
+// believed. (A multiplicative hash of the last four bytes, once kept here
+// as the cheaper one, was not: with it BenchmarkOverheadPaired put the
+// middleware 5-6% slower behind a Forwarded IPv6 proxy, and equal
+// elsewhere.)
 func (m *trustMemo) slot(text string) *atomic.Pointer[string] {
 	return &m.slots[maphash.String(m.seed, text)>>(64-memoBits)]
 }

@@ -227,8 +227,8 @@ func TestLeaseExpiryRefunds(t *testing.T) {
 func TestRareKeys(t *testing.T) {
 	const every, asks = 1100 * time.Millisecond, 20
 	for _, tc := range []struct {
-		ttl            time.Duration
-		minRemote, max int64 // bounds of the decisions that claimed
+		ttl                  time.Duration
+		minRemote, maxRemote int64 // bounds of the decisions that claimed
 	}{
 		{time.Second, asks, asks},
 		{10 * time.Second, 1, asks / 2},
@@ -247,8 +247,8 @@ func TestRareKeys(t *testing.T) {
 			}
 			s := l.Stats()
 			t.Logf("lease TTL %v, asked every %v: %d of %d decisions claimed", tc.ttl, every, s.Remote, asks)
-			if s.Remote < tc.minRemote || s.Remote > tc.max {
-				t.Errorf("%d of %d decisions claimed, want %d to %d (stats %+v)", s.Remote, asks, tc.minRemote, tc.max, s)
+			if s.Remote < tc.minRemote || s.Remote > tc.maxRemote {
+				t.Errorf("%d of %d decisions claimed, want %d to %d (stats %+v)", s.Remote, asks, tc.minRemote, tc.maxRemote, s)
 			}
 			checkLedger(t, s, asks)
 		})
