@@ -452,14 +452,11 @@ func TestInlineClaims(t *testing.T) {
 func TestCloseRefundsWithTheBreakerOpen(t *testing.T) {
 	e := newEnv(t)
 	limit := tierlimit.PerHour(1000)
-	// A generous call budget: with the default 25 ms, a claim slowed by a
-	// loaded CI machine timed out, opened the breaker (threshold 1) before
-	// the outage and left the first decision to the fallback.
-	l, err := New(e.rdb, limit, WithClock(e.clock), WithLeaseBounds(100, 100), WithBreakerThreshold(1),
-		WithProbeInterval(time.Minute), WithCallBudget(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// e.limiter's generous call budget: with the default 25 ms, a claim
+	// slowed by a loaded CI machine timed out, opened the breaker
+	// (threshold 1) before the outage and left the first decision to the
+	// fallback.
+	l := e.limiter(t, limit, WithLeaseBounds(100, 100), WithBreakerThreshold(1), WithProbeInterval(time.Minute))
 	if r, _ := l.Allow(e.ctx, "k"); !r.Allowed || r.Source == tierlimit.SourceFallback {
 		t.Fatalf("first decision %+v, want allowed from a lease", r)
 	}
