@@ -32,7 +32,7 @@ type entry struct {
 
 	// Claims, refills and the janitor only.
 	holder     string       // e's name in the bucket's ledger (WithLeaseLedger): unique in the fleet
-	gen        int64        // e's claims so far, with the ledger; under the key lock
+	gen        atomic.Int64 // e's claims so far, with the ledger; written under the key lock, read by Close without it
 	expires    atomic.Int64 // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64 // ns of the last claim
 	refilling  atomic.Bool
@@ -296,8 +296,7 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) remote.Claim {
 	if !l.cfg.ledger {
 		return remote.Claim{Min: lo, Want: want}
 	}
-	e.gen++
-	return remote.Claim{Min: lo, Want: want, Holder: e.holder, Gen: e.gen, Held: e.tokens.Load()}
+	return remote.Claim{Min: lo, Want: want, Holder: e.holder, Gen: e.gen.Add(1), Held: e.tokens.Load()}
 }
 
 // apply records a claim of want tokens in e: the tokens granted, the demand

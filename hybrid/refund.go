@@ -63,7 +63,7 @@ func (l *Limiter) refundHeld(now time.Time, all bool) error {
 		if !locked && !all {
 			continue
 		}
-		gen, t := e.gen, e.tokens.Swap(0)
+		gen, t := e.gen.Load(), e.tokens.Swap(0)
 		if locked {
 			mu.Unlock()
 		}

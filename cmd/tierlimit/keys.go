@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,7 +73,7 @@ var algorithms = []algorithm{
 
 // ledgerBucket is remote.NewTokenBucket with a lease ledger.
 func ledgerBucket(rdb redis.UniversalClient, l tierlimit.Limit, opts ...remote.Option) (*remote.TokenBucket, error) {
-	return remote.NewTokenBucket(rdb, l, append(opts, remote.WithLeaseLedger(time.Second))...)
+	return remote.NewTokenBucket(rdb, l, append(slices.Clip(opts), remote.WithLeaseLedger(time.Second))...)
 }
 
 func limiterOf[L tierlimit.Limiter](newL func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (L, error)) func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (tierlimit.Limiter, error) {
