@@ -27,16 +27,28 @@ var (
 	// ErrClosed is returned by a limiter's methods after its Close.
 	ErrClosed = errors.New("tierlimit: limiter closed")
 	// ErrMisconfigured is returned when Redis refuses a limiter's commands
-	// for how it is set up rather than because it is down: a wrong
-	// password (WRONGPASS, NOAUTH) or a missing ACL permission (NOPERM),
-	// e.g. for EVALSHA or SCRIPT. The hybrid tier returns it from AllowN
-	// instead of deciding on its fallback: a misconfiguration is not an
-	// outage to paper over.
-	ErrMisconfigured = errors.New("tierlimit: redis refused the limiter's commands (auth or ACL)")
+	// for how it is set up rather than because it is down or slow (see
+	// Misconfigured). No tier turns it into a fallback decision: a
+	// misconfiguration is not an outage to paper over.
+	ErrMisconfigured = errors.New("tierlimit: redis refuses the limiter's commands (misconfigured)")
 )
 
-// Misconfigured reports whether err is Redis refusing a command for an
-// authentication or permission reason (see ErrMisconfigured).
+// Misconfigured reports whether err means that Redis cannot run a
+// limiter's commands however healthy it is, so that waiting or falling
+// back would only hide the problem:
+//
+//   - authentication: a wrong or missing password, in any of its replies
+//     (NOAUTH, WRONGPASS, and the protocol error Redis sends an
+//     unauthenticated client for a long command);
+//   - permissions: NOPERM for a command (e.g. EVALSHA) or for a key
+//     (no write on the key prefix);
+//   - a renamed or disabled command (rename-command EVALSHA ""): an
+//     unknown command or subcommand;
+//   - READONLY: the client writes to a replica. go-redis retries this
+//     reply and follows a failover, so one that reaches a limiter persists;
+//   - OOM: a full server under maxmemory-policy noeviction.
+//
+// It also reports true for an error wrapping ErrMisconfigured.
 func Misconfigured(err error) bool {
 	if err == nil {
 		return false
@@ -56,9 +68,15 @@ func Misconfigured(err error) bool {
 	return false
 }
 
-// misconfigPrefixes begin the Redis error replies that mean the client is
-// not allowed, whatever the server's health.
-var misconfigPrefixes = []string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "ERR AUTH ", "ERR Client sent AUTH"}
+// misconfigPrefixes begin the Redis error replies that Misconfigured
+// recognises.
+var misconfigPrefixes = []string{
+	"NOAUTH ", "WRONGPASS ", "ERR AUTH ", "ERR Client sent AUTH", "ERR Protocol error: unauthenticated",
+	"NOPERM ",
+	"ERR unknown command ", "ERR unknown subcommand ",
+	"READONLY ",
+	"OOM ",
+}
 
 // CheckKey reports whether key is acceptable: non-empty and at most
 // MaxKeyLen bytes. Any bytes are allowed. Its error wraps ErrInvalidKey.

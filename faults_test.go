@@ -8,7 +8,6 @@ package tierlimit_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
@@ -676,38 +675,6 @@ func levels(t *testing.T, rdb redis.UniversalClient, limit tierlimit.Limit, admi
 		out[k] = r.Remaining
 	}
 	return out
-}
-
-// TestFaultMisconfigured: a wrong password and a user without permission
-// to run scripts are reported by New as tierlimit.ErrMisconfigured, not
-// papered over as an outage.
-func TestFaultMisconfigured(t *testing.T) {
-	s := redistest.Start(t, "--requirepass", "secret")
-	admin := s.Client(t)
-	if err := admin.Do(context.Background(), "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "+@all", "-evalsha", "-eval").Err(); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		opts redis.Options
-	}{
-		{"wrong password", redis.Options{Addr: s.Addr, Password: "wrong"}},
-		{"no password", redis.Options{Addr: s.Addr}},
-		{"no EVALSHA permission", redis.Options{Addr: s.Addr, Username: "noscripts", Password: "pw"}},
-	}
-	for _, tt := range tests {
-		rdb := redis.NewClient(&tt.opts)
-		l, err := hybrid.New(rdb, tierlimit.PerSecond(10))
-		if !errors.Is(err, tierlimit.ErrMisconfigured) {
-			t.Errorf("%s: New = %v, want ErrMisconfigured", tt.name, err)
-		} else {
-			t.Logf("%s: %v", tt.name, err)
-		}
-		if l != nil {
-			l.Close()
-		}
-		rdb.Close()
-	}
 }
 
 // TestSoak runs a limiter under load while Redis is killed every 20 s and

@@ -19,6 +19,10 @@ type Observer struct {
 	RedisCall func(RedisCall)
 	// Breaker is called when a limiter's circuit breaker changes state.
 	Breaker func(BreakerChange)
+	// Eviction is called with what the Redis server says about evicting
+	// keys: at New, and whenever a later reading differs in risk or
+	// finds more keys evicted while risky.
+	Eviction func(EvictionRisk)
 }
 
 // Decision describes one decision.
@@ -32,8 +36,8 @@ type Decision struct {
 // RedisCall describes one round trip to Redis.
 type RedisCall struct {
 	Op      string        // what the call did, e.g. "allow", "claim", "refund", "heartbeat"
-	Latency time.Duration // round-trip time
-	Err     error         // nil on success
+	Latency time.Duration // round-trip time; the budget, for a call reported when it ran out of it
+	Err     error         // nil on success; wraps context.DeadlineExceeded for a call over its budget
 }
 
 // BreakerChange describes a transition of a circuit breaker.

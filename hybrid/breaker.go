@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,19 +126,36 @@ func (l *Limiter) callAnyway(op string, timeout time.Duration, f func() error) (
 	return l.run(op, timeout, func(error) {}, f)
 }
 
-// run makes the call f and settles it with done (see call).
+// run makes the call f and settles it with done (see call). A call that
+// runs past its budget is counted as failed when the budget runs out, in
+// the breaker, Stats and the observer alike, whenever it ends; it is
+// reported once.
 func (l *Limiter) run(op string, timeout time.Duration, done func(error), f func() error) (tierlimit.RedisCall, error) {
 	var once sync.Once
-	settle := func(err error) { once.Do(func() { done(err) }) }
-	late := time.AfterFunc(timeout, func() { settle(context.DeadlineExceeded) })
+	settle := func(err error) (first bool) {
+		once.Do(func() { first = true; done(err) })
+		return first
+	}
+	late := time.AfterFunc(timeout, func() {
+		if settle(context.DeadlineExceeded) {
+			l.stats.redisErrors.Add(1)
+			if l.onCall != nil {
+				err := fmt.Errorf("hybrid: %s: redis call over its %v budget: %w", op, timeout, context.DeadlineExceeded)
+				l.onCall(tierlimit.RedisCall{Op: op, Latency: timeout, Err: err})
+			}
+		}
+	})
 	var start time.Time
 	if l.onCall != nil {
 		start = time.Now()
 	}
 	err := f()
 	late.Stop()
-	settle(err)
 	l.stats.redisCalls.Add(1)
+	l.learn(err)
+	if !settle(err) {
+		return tierlimit.RedisCall{}, err // counted and reported when the budget ran out
+	}
 	if err != nil {
 		l.stats.redisErrors.Add(1)
 	}
@@ -145,6 +163,20 @@ func (l *Limiter) run(op string, timeout time.Duration, done func(error), f func
 		return tierlimit.RedisCall{}, err
 	}
 	return tierlimit.RedisCall{Op: op, Latency: time.Since(start), Err: err}, err
+}
+
+// learn remembers whether a call's outcome err means a misconfiguration:
+// set by a reply that does, cleared by a success (see Limiter.misconfig).
+func (l *Limiter) learn(err error) {
+	switch {
+	case err == nil:
+		if l.misconfig.Load() != nil {
+			l.misconfig.Store(nil)
+		}
+	case tierlimit.Misconfigured(err):
+		err = fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
+		l.misconfig.Store(&err)
+	}
 }
 
 // report gives a call's event to the observer. Callers defer it ahead of

@@ -62,24 +62,25 @@ func (l *Limiter) heartbeats() {
 	for {
 		select {
 		case <-l.done:
-			l.beat(true)
+			l.beat(true, l.cfg.callBudget)
 			return
 		case <-t.C:
-			l.beat(false)
+			l.beat(false, l.cfg.callBudget)
 		}
 	}
 }
 
-// beat sends one heartbeat (or the leaving one) and applies the count.
-func (l *Limiter) beat(leave bool) error {
+// beat sends one heartbeat (or the leaving one) within timeout and applies
+// the count.
+func (l *Limiter) beat(leave bool, timeout time.Duration) error {
 	flag := "0"
 	if leave {
 		flag = "1"
 	}
 	ttl := (3 * l.cfg.heartbeat).Milliseconds()
 	var n int64
-	ev, err := l.call("heartbeat", l.cfg.callBudget, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+	ev, err := l.call("heartbeat", timeout, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		var err error
 		n, err = lua.Heartbeat.Run(ctx, l.rdb, []string{l.fleet}, 0, l.id, ttl, flag).Int64()

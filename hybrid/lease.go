@@ -208,7 +208,7 @@ func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Res
 		}
 		if r.Err != nil {
 			if tierlimit.Misconfigured(r.Err) {
-				return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %v", tierlimit.ErrMisconfigured, r.Err)
+				return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, r.Err)
 			}
 			return l.fall(ctx, key, n)
 		}
@@ -370,7 +370,7 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 	l.report(&ev)
 	switch {
 	case tierlimit.Misconfigured(err):
-		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %v", tierlimit.ErrMisconfigured, err)
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	case err != nil:
 		return l.fall(ctx, key, 0)
 	}
@@ -378,12 +378,16 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 }
 
 // fall decides while Redis cannot be reached: a lease still held is spent
-// first, then the failure mode decides.
+// first, then the failure mode decides, unless Redis's last word was a
+// misconfiguration: that is an error.
 func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if e, ok := l.lookup(key); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
 			return res, nil
 		}
+	}
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
 	}
 	switch l.cfg.failureMode {
 	case FailOpen:

@@ -76,6 +76,11 @@ type Limiter struct {
 	// decides what to keep.
 	hot []atomic.Pointer[entry]
 
+	// misconfig is the last reply of Redis that means a misconfiguration
+	// (tierlimit.Misconfigured), until a call succeeds: while it is set,
+	// what would fall back is an error instead.
+	misconfig atomic.Pointer[error]
+
 	closed    atomic.Bool
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -87,12 +92,18 @@ type Limiter struct {
 // Redis behind rdb (a *redis.Client or *redis.ClusterClient). It starts the
 // background goroutines that refill hot leases and refund expired ones.
 //
-// New makes one Redis call, within the call budget: the first heartbeat
-// (see WithHeartbeat). It returns an error wrapping tierlimit.ErrInvalidLimit
-// for a bad limit, tierlimit.ErrInvalidOption for a nil client or a bad
-// option, and tierlimit.ErrMisconfigured if Redis refuses the limiter's
-// commands (wrong password, missing ACL permission). Redis down or slow is
-// not an error: the limiter starts in degraded mode and heals by itself.
+// New makes two Redis calls: a reading of the server's eviction settings
+// (see Stats.Eviction), within a second, and the first heartbeat (see
+// WithHeartbeat), which runs a script that writes under the prefix, within
+// the call budget or a second, whichever is longer: go-redis then has the
+// time to retry a READONLY reply, so that a replica is found at New.
+//
+// New returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit,
+// tierlimit.ErrInvalidOption for a nil client or a bad option, and
+// tierlimit.ErrMisconfigured if Redis refuses the limiter's commands (see
+// tierlimit.Misconfigured: a password, an ACL permission, a renamed
+// command, a replica, a full server under noeviction). Redis down or slow
+// is not an error: the limiter starts in degraded mode and heals by itself.
 func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	cfg := defaults()
 	for _, o := range opts {
@@ -114,6 +125,10 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, capacity)
 	}
 	bucketOpts := cfg.bucketOpts
+	if o := cfg.observer; o != nil && o.Eviction != nil {
+		// The bucket reads the server's eviction settings (Stats.Eviction).
+		bucketOpts = append(slices.Clip(bucketOpts), remote.WithObserver(&tierlimit.Observer{Eviction: o.Eviction}))
+	}
 	if cfg.ledger {
 		// The bucket keeps a ledger of the tokens each entry holds, and
 		// refills only up to what they leave (G1 in docs/design.md). An
@@ -170,10 +185,10 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	// start and finds a misconfigured client (wrong password, missing ACL
 	// permission) before any decision. Redis down is no error: New then
 	// waits at most the call budget.
-	if err := l.beat(false); tierlimit.Misconfigured(err) {
+	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); tierlimit.Misconfigured(err) {
 		l.cache.Close()
 		fallback.Close()
-		return nil, fmt.Errorf("hybrid: %w: %v", tierlimit.ErrMisconfigured, err)
+		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	}
 	l.wg.Add(4)
 	go l.refiller()
@@ -200,9 +215,10 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // tierlimit.ErrInvalidKey or tierlimit.ErrInvalidCost), a cancelled ctx, or
 // tierlimit.ErrClosed after Close. Redis faults never reach the caller: the
 // call is decided by the failure mode (see WithFailureMode). Redis refusing
-// the limiter's commands for auth or ACL reasons is not a fault but a
-// misconfiguration: AllowN then returns an error wrapping
-// tierlimit.ErrMisconfigured.
+// the limiter's commands (see tierlimit.Misconfigured) is not a fault but a
+// misconfiguration: from the first such reply until a call succeeds again,
+// AllowN returns an error wrapping tierlimit.ErrMisconfigured instead of
+// deciding on its fallback.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if l.onDecision != nil {
 		return l.observed(ctx, key, n)
@@ -328,6 +344,7 @@ func (l *Limiter) Stats() Stats {
 	s.BreakerOpens = l.brk.opens.Load()
 	s.Instances = l.instances.Load()
 	s.FallbackLimit = l.fallback.Limit()
+	s.Eviction = l.bucket.Eviction()
 	return s
 }
 
@@ -384,6 +401,9 @@ func (l *Limiter) Close() error {
 // its last grant, for a lease TTL of ttl: the TTL, the janitor's quarter
 // TTL to take them back, and as much again for a janitor running late.
 func leaseHold(ttl time.Duration) time.Duration { return ttl + ttl/2 }
+
+// probeTimeout is the least time New gives its calls to Redis.
+const probeTimeout = time.Second
 
 // now returns the clock in nanoseconds since the epoch.
 func (l *Limiter) now() int64 { return l.cfg.clock.Now().UnixNano() }

@@ -13,8 +13,8 @@ type Stats struct {
 	Local, Blocked, Remote, Fallback int64
 	Allowed, Denied                  int64
 
-	RedisCalls  int64 // script calls: claims and refund batches
-	RedisErrors int64 // calls that failed or ran out of budget
+	RedisCalls  int64 // script calls: claims, refund batches, heartbeats
+	RedisErrors int64 // calls that failed or ran out of budget (counted when it ran out)
 
 	Leased   int64 // tokens claimed from Redis
 	Spent    int64 // leased tokens that admitted a request
@@ -27,6 +27,11 @@ type Stats struct {
 	BreakerOpens  int64                  // times it opened
 	Instances     int64                  // live instances of the fleet last seen (1 before the first heartbeat)
 	FallbackLimit tierlimit.Limit        // what each key is held to while Redis is unreachable (mode FailFallback)
+
+	// Eviction is what the Redis server said about evicting keys when
+	// last read: at New, then about once a minute while leases are
+	// claimed.
+	Eviction tierlimit.EvictionRisk
 }
 
 // counters are the live counters behind Stats, besides the decision

@@ -23,6 +23,8 @@ import (
 //	tierlimit_redis_errors_total{limiter,op}                 counter
 //	tierlimit_redis_call_duration_seconds{limiter,op}        histogram
 //	tierlimit_breaker_transitions_total{limiter,from,to}     counter
+//	tierlimit_redis_eviction_risk{limiter}                   gauge      1: Redis may evict limiter keys; 0: it cannot; -1: unknown
+//	tierlimit_redis_evicted_keys{limiter}                    gauge      keys the server evicted since it started, last read
 //
 // From hybrid limiters, at scrape time (see hybrid.Stats; the ledger
 // balances as leased = spent + refunded + lost + held):
@@ -44,6 +46,8 @@ type Collector struct {
 	callErrs    *prometheus.CounterVec
 	callLat     *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
+	evictRisk   *prometheus.GaugeVec
+	evicted     *prometheus.GaugeVec
 
 	leased, spent, refunded, lost, held *prometheus.Desc
 	breaker, opens, instances           *prometheus.Desc
@@ -92,6 +96,11 @@ func New(opts ...Option) (*Collector, error) {
 			cfg.redisBuckets, "limiter", "op"),
 		transitions: counter("breaker_transitions_total", "Changes of state of the circuit breaker in front of Redis.",
 			"limiter", "from", "to"),
+		evictRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "redis_eviction_risk",
+			Help: "1 when the Redis server may evict limiter keys (maxmemory with a policy other than noeviction), 0 when it cannot, -1 when unknown."},
+			[]string{"limiter"}),
+		evicted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "redis_evicted_keys",
+			Help: "Keys the Redis server evicted since it started, as last read."}, []string{"limiter"}),
 
 		leased:    desc("hybrid_tokens_leased_total", "Tokens claimed from Redis into leases."),
 		spent:     desc("hybrid_tokens_spent_total", "Leased tokens that admitted a request."),
@@ -158,6 +167,17 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 		Breaker: func(b tierlimit.BreakerChange) {
 			c.transitions.WithLabelValues(name, b.From.String(), b.To.String()).Inc()
 		},
+		Eviction: func(r tierlimit.EvictionRisk) {
+			risk := 0.0
+			switch {
+			case !r.Known():
+				risk = -1
+			case r.Risky():
+				risk = 1
+			}
+			c.evictRisk.WithLabelValues(name).Set(risk)
+			c.evicted.WithLabelValues(name).Set(float64(r.EvictedKeys))
+		},
 	}
 }
 
@@ -190,6 +210,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.callErrs.Describe(ch)
 	c.callLat.Describe(ch)
 	c.transitions.Describe(ch)
+	c.evictRisk.Describe(ch)
+	c.evicted.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.leased, c.spent, c.refunded, c.lost, c.held, c.breaker, c.opens, c.instances} {
 		ch <- d
 	}
@@ -203,6 +225,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.callErrs.Collect(ch)
 	c.callLat.Collect(ch)
 	c.transitions.Collect(ch)
+	c.evictRisk.Collect(ch)
+	c.evicted.Collect(ch)
 	c.mu.Lock()
 	watched := append([]watch(nil), c.watched...)
 	c.mu.Unlock()

@@ -100,6 +100,31 @@ tierlimit_redis_call_duration_seconds_count{limiter="api",op="refund"} 1
 	}
 }
 
+// TestObserverEviction: the eviction gauges follow the readings reported.
+func TestObserverEviction(t *testing.T) {
+	tests := []struct {
+		name string
+		risk tierlimit.EvictionRisk
+		want string
+	}{
+		{"risky", tierlimit.EvictionRisk{Policy: "allkeys-lru", MaxMemory: 1 << 20, EvictedKeys: 7}, "1 7"},
+		{"noeviction", tierlimit.EvictionRisk{Policy: "noeviction", MaxMemory: 1 << 20}, "0 0"},
+		{"no maxmemory", tierlimit.EvictionRisk{Policy: "allkeys-lru"}, "0 0"},
+		{"unknown", tierlimit.EvictionRisk{Err: errors.New("INFO refused")}, "-1 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustNew(t)
+			c.Observer("api").Eviction(tt.risk)
+			risk := testutil.ToFloat64(c.evictRisk.WithLabelValues("api"))
+			evicted := testutil.ToFloat64(c.evicted.WithLabelValues("api"))
+			if got := fmt.Sprintf("%g %g", risk, evicted); got != tt.want {
+				t.Errorf("redis_eviction_risk, redis_evicted_keys after %+v = %s, want %s", tt.risk, got, tt.want)
+			}
+		})
+	}
+}
+
 // histogram gathers c and returns the histogram of name with labels.
 func histogram(t *testing.T, c prometheus.Collector, name string, labels map[string]string) interface {
 	GetSampleCount() uint64

@@ -11,6 +11,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/evict"
 )
 
 // algorithm describes one script: how its keys are named and what it is told
@@ -43,6 +44,10 @@ type limiter struct {
 	onDecision func(tierlimit.Decision)
 	onCall     func(tierlimit.RedisCall)
 
+	// watch follows the server's eviction settings: read at New, again
+	// about once a minute from a call's goroutine.
+	watch *evict.Watch
+
 	// oneHead and oneArgs are the ARGV of the most common call (server
 	// clock, n = 1), built once: go-redis copies ARGV and never changes
 	// it, so every call may share it.
@@ -73,8 +78,9 @@ func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit
 	if alg.holders {
 		l.tail = noHolder
 	}
+	var onEviction func(tierlimit.EvictionRisk)
 	if o := cfg.obs; o != nil {
-		l.onDecision, l.onCall = o.Decision, o.RedisCall
+		l.onDecision, l.onCall, onEviction = o.Decision, o.RedisCall, o.Eviction
 	}
 	l.maxN = -1
 	for _, lim := range l.limits {
@@ -100,7 +106,44 @@ func newLimiter(rdb redis.UniversalClient, alg *algorithm, limit tierlimit.Limit
 		oneHead = []int64{1}
 	}
 	l.oneHead, l.oneArgs = oneHead, l.args(oneHead)
+	l.watch = evict.NewWatch(rdb, onEviction)
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	defer cancel()
+	l.watch.Check(ctx)
 	return l, nil
+}
+
+// evictionCheckTimeout bounds a reading of the server's eviction settings.
+const evictionCheckTimeout = time.Second
+
+// Eviction returns what the Redis server said about evicting keys when last
+// read: at New (within a second), then about once a minute while the
+// limiter is used, on a goroutine of its own. Each reading that differs in
+// risk is reported to WithObserver's Eviction, and logged (log/slog) when
+// it becomes risky or unknown.
+func (l *limiter) Eviction() tierlimit.EvictionRisk { return l.watch.Last() }
+
+// checkEviction reads the eviction settings again on a goroutine of its
+// own (bounded by evictionCheckTimeout) when they are due.
+func (l *limiter) checkEviction() {
+	if !l.watch.Due(time.Now()) {
+		return
+	}
+	go func() {
+		defer l.watch.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+		defer cancel()
+		l.watch.Check(ctx)
+	}()
+}
+
+// redisErr wraps an error of a Redis call made for op: with
+// tierlimit.ErrMisconfigured too when Redis refuses the limiter's commands.
+func (l *limiter) redisErr(op string, err error) error {
+	if tierlimit.Misconfigured(err) {
+		return fmt.Errorf("remote: %s: %w: %w", op, tierlimit.ErrMisconfigured, err)
+	}
+	return fmt.Errorf("remote: %s: %w", op, err)
 }
 
 // args builds ARGV: the clock, head, then the limits' parameters.
@@ -194,7 +237,7 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	err := l.rdb.Del(ctx, l.redisKeys(key)...).Err()
 	l.reportCall("reset", start, err)
 	if err != nil {
-		return fmt.Errorf("remote: reset: %w", err)
+		return l.redisErr("reset", err)
 	}
 	return nil
 }
@@ -248,9 +291,10 @@ func (l *limiter) call(ctx context.Context, key string, head ...int64) (tierlimi
 
 // run runs the script for key with ARGV args.
 func (l *limiter) run(ctx context.Context, key string, args []any) (tierlimit.Result, int64, error) {
+	l.checkEviction()
 	reply, err := l.alg.script.Run(ctx, l.rdb, l.redisKeys(key), args...).Slice()
 	if err != nil {
-		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: %w", l.alg.name, err)
+		return tierlimit.Result{}, 0, l.redisErr(l.alg.name, err)
 	}
 	return l.result(reply)
 }

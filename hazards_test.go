@@ -1,0 +1,276 @@
+package tierlimit_test
+
+// Redis hazards that do not stop the limiters but that an operator must
+// learn of: a server that may evict limiter keys, and calls that run past
+// their budget.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/metrics"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// logLines sends slog's default logger to a buffer until the test ends,
+// and returns a func that reads the lines logged so far.
+func logLines(t *testing.T) func() []string {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		buf bytes.Buffer
+	)
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.FieldsFunc(buf.String(), func(r rune) bool { return r == '\n' })
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// evictionTier builds one tier's limiter with observer o and returns what
+// it read of the server at New.
+type evictionTier struct {
+	name string
+	make func(rdb redis.UniversalClient, o *tierlimit.Observer) (tierlimit.EvictionRisk, func(), error)
+}
+
+func evictionTiers() []evictionTier {
+	lim := tierlimit.PerSecond(10)
+	type evictionReader interface{ Eviction() tierlimit.EvictionRisk }
+	remoteTier := func(name string, mk func(redis.UniversalClient, ...remote.Option) (evictionReader, error)) evictionTier {
+		return evictionTier{name, func(rdb redis.UniversalClient, o *tierlimit.Observer) (tierlimit.EvictionRisk, func(), error) {
+			l, err := mk(rdb, remote.WithObserver(o))
+			if err != nil {
+				return tierlimit.EvictionRisk{}, nil, err
+			}
+			return l.Eviction(), func() {}, nil
+		}}
+	}
+	return []evictionTier{
+		remoteTier("remote token bucket", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
+			return remote.NewTokenBucket(r, lim, o...)
+		}),
+		remoteTier("remote gcra", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
+			return remote.NewGCRA(r, lim, o...)
+		}),
+		remoteTier("remote fixed window", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
+			return remote.NewFixedWindow(r, lim, o...)
+		}),
+		remoteTier("remote anchored window", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
+			return remote.NewAnchoredWindow(r, lim, o...)
+		}),
+		remoteTier("remote sliding log", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
+			return remote.NewSlidingLog(r, lim, o...)
+		}),
+		remoteTier("remote sliding window", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
+			return remote.NewSlidingWindow(r, lim, o...)
+		}),
+		{"hybrid", func(rdb redis.UniversalClient, o *tierlimit.Observer) (tierlimit.EvictionRisk, func(), error) {
+			l, err := hybrid.New(rdb, lim, hybrid.WithObserver(o))
+			if err != nil {
+				return tierlimit.EvictionRisk{}, nil, err
+			}
+			return l.Stats().Eviction, func() { l.Close() }, nil
+		}},
+	}
+}
+
+// TestEvictionRiskAtNew: with a server that may evict limiter keys, every
+// tier that uses Redis reports it at New: through the observer, its own
+// reading (Stats.Eviction, Eviction) and one log line; a server that
+// refuses INFO is reported as unknown, once; a safe one is not reported
+// as risky and logs nothing.
+func TestEvictionRiskAtNew(t *testing.T) {
+	ctx := context.Background()
+	restricted := redistest.Start(t, "--requirepass", "secret")
+	if err := restricted.Client(t).Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	setups := []struct {
+		name         string
+		opts         redis.Options
+		risky, known bool
+	}{
+		{"allkeys-lru", redis.Options{Addr: redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru").Addr}, true, true},
+		{"volatile-ttl", redis.Options{Addr: redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "volatile-ttl").Addr}, true, true},
+		{"noeviction", redis.Options{Addr: redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "noeviction").Addr}, false, true},
+		{"no maxmemory", redis.Options{Addr: redistest.Start(t, "--maxmemory-policy", "allkeys-lru").Addr}, false, true},
+		{"INFO refused", redis.Options{Addr: restricted.Addr, Username: "noinfo", Password: "pw"}, false, false},
+	}
+	for _, s := range setups {
+		for _, tier := range evictionTiers() {
+			t.Run(s.name+"/"+tier.name, func(t *testing.T) {
+				lines := logLines(t)
+				opts := s.opts
+				rdb := redis.NewClient(&opts)
+				defer rdb.Close()
+				var reported []tierlimit.EvictionRisk
+				var mu sync.Mutex
+				o := &tierlimit.Observer{Eviction: func(r tierlimit.EvictionRisk) {
+					mu.Lock()
+					defer mu.Unlock()
+					reported = append(reported, r)
+				}}
+				read, done, err := tier.make(rdb, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer done()
+				if read.Risky() != s.risky || read.Known() != s.known {
+					t.Errorf("reading at New = %v: Risky %v, Known %v; want %v, %v", read, read.Risky(), read.Known(), s.risky, s.known)
+				}
+				mu.Lock()
+				if len(reported) != 1 || reported[0].Risky() != s.risky || reported[0].Known() != s.known {
+					t.Errorf("observer got %v at New, want one reading (Risky %v, Known %v)", reported, s.risky, s.known)
+				}
+				mu.Unlock()
+				var warned int
+				for _, l := range lines() {
+					if strings.Contains(l, "evict") {
+						warned++
+					}
+				}
+				if want := map[bool]int{true: 1, false: 0}[s.risky || !s.known]; warned != want {
+					t.Errorf("%d log lines about eviction, want %d: %q", warned, want, lines())
+				}
+			})
+		}
+	}
+}
+
+// TestEvictionRiskOnCluster: on a 3-master Cluster, one master that may
+// evict makes the risk known at New, whichever master holds the fleet's
+// keys.
+func TestEvictionRiskOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t)
+	ctx := context.Background()
+	l, err := hybrid.New(rdb, tierlimit.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Stats().Eviction; !got.Known() || got.Risky() {
+		t.Errorf("Stats.Eviction on a cluster without maxmemory = %v, want known and safe", got)
+	}
+	l.Close()
+	risky := c.Nodes[len(c.Nodes)-1].Client(t)
+	if err := risky.ConfigSet(ctx, "maxmemory", "512mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := risky.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = hybrid.New(rdb, tierlimit.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.Stats().Eviction; !got.Risky() || got.Policy != "volatile-lru" {
+		t.Errorf("Stats.Eviction with one master under volatile-lru = %v, want that risk", got)
+	}
+}
+
+// TestSlowCallsAreErrors: a server busy in DEBUG SLEEP opens the breaker
+// of a hybrid limiter with default options and go-redis's default client,
+// by slowness alone. Every call that ran past its budget is a failed call
+// in Stats, to the observer and in the metric alike, and there are at least
+// as many as it takes to open the breaker.
+func TestSlowCallsAreErrors(t *testing.T) {
+	s := redistest.Start(t, "--enable-debug-command", "yes")
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer rdb.Close()
+	col, err := metrics.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var observed atomic.Int64
+	inner := col.Observer("api")
+	obs := *inner
+	obs.RedisCall = func(rc tierlimit.RedisCall) {
+		if rc.Err != nil {
+			observed.Add(1)
+		}
+		inner.RedisCall(rc)
+	}
+	l, err := hybrid.New(rdb, tierlimit.PerSecond(1000), hybrid.WithObserver(&obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	slept := make(chan error, 1)
+	admin := s.Client(t)
+	go func() { slept <- admin.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
+	time.Sleep(50 * time.Millisecond) // DEBUG SLEEP has the server
+	ctx := context.Background()
+	deadline := time.Now().Add(900 * time.Millisecond)
+	for i := 0; l.Stats().BreakerOpens == 0 && time.Now().Before(deadline); i++ {
+		// A fresh key each time: each decision makes its own claim.
+		if _, err := l.Allow(ctx, "k"+strconv.Itoa(i)); err != nil {
+			t.Fatalf("Allow during the sleep = %v", err)
+		}
+	}
+	if err := <-slept; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the calls in flight return
+	st := l.Stats()
+	metric := sumOf(t, col, "tierlimit_redis_errors_total")
+	t.Logf("stats %+v; observed errors %d; metric %g", st, observed.Load(), metric)
+	if st.BreakerOpens == 0 {
+		t.Fatalf("the breaker did not open during a 1 s DEBUG SLEEP: %+v", st)
+	}
+	if st.RedisErrors < int64(hybrid.DefaultBreakerThreshold) {
+		t.Errorf("Stats.RedisErrors = %d, want >= %d, the failures that open the breaker", st.RedisErrors, hybrid.DefaultBreakerThreshold)
+	}
+	if got := observed.Load(); got != st.RedisErrors || fmt.Sprint(metric) != fmt.Sprint(float64(got)) {
+		t.Errorf("failed calls: Stats %d, observer %d, metric %g; want all equal", st.RedisErrors, got, metric)
+	}
+}
+
+// sumOf returns the sum of every series of the counter name in c.
+func sumOf(t *testing.T, c prometheus.Collector, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}

@@ -1,0 +1,189 @@
+// Package evict reads what Redis servers say about evicting keys and
+// reports it for the limiters that keep their state there (remote, hybrid)
+// and for the tierlimit command.
+package evict
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+)
+
+// Every is how often a Watch reads the server again.
+const Every = time.Minute
+
+// retry is how soon a Watch tries again after failing to reach Redis.
+const retry = 5 * time.Second
+
+// Read returns what every server behind rdb (each master of a Cluster, each
+// shard of a Ring) says about eviction, from INFO (which managed Redis
+// services allow where they refuse CONFIG). The first risky server
+// decides; evicted keys are added up. A server that refuses INFO, or does
+// not report its policy, makes the risk unknown (Err set). The error is
+// non-nil only when a server could not be reached: then nothing is known.
+func Read(ctx context.Context, rdb redis.UniversalClient) (tierlimit.EvictionRisk, error) {
+	var (
+		mu       sync.Mutex
+		readings []tierlimit.EvictionRisk
+	)
+	read := func(ctx context.Context, c *redis.Client) error {
+		r, err := readInfo(c.Info(ctx))
+		mu.Lock()
+		readings = append(readings, r)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, read)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, read)
+	default:
+		var r tierlimit.EvictionRisk
+		r, err = readInfo(rdb.Info(ctx))
+		readings = append(readings, r)
+	}
+	if err != nil {
+		return tierlimit.EvictionRisk{}, err
+	}
+	return merge(readings), nil
+}
+
+// merge makes one risk of several servers': the first risky one's, else the
+// first unknown one's, else the first one's, with the evicted keys of all.
+func merge(rs []tierlimit.EvictionRisk) tierlimit.EvictionRisk {
+	var out tierlimit.EvictionRisk
+	rank := func(r tierlimit.EvictionRisk) int {
+		switch {
+		case r.Risky():
+			return 2
+		case !r.Known():
+			return 1
+		}
+		return 0
+	}
+	var evicted int64
+	for i, r := range rs {
+		evicted += r.EvictedKeys
+		if i == 0 || rank(r) > rank(out) {
+			out = r
+		}
+	}
+	out.EvictedKeys = evicted
+	return out
+}
+
+// readInfo turns an INFO reply into a risk; a Redis error reply makes the
+// risk unknown, any other error is returned.
+func readInfo(cmd *redis.StringCmd) (tierlimit.EvictionRisk, error) {
+	text, err := cmd.Result()
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply):
+		return tierlimit.EvictionRisk{Err: fmt.Errorf("INFO refused: %w", err)}, nil
+	case err != nil:
+		return tierlimit.EvictionRisk{}, err
+	}
+	return Parse(text), nil
+}
+
+// Parse reads maxmemory, maxmemory_policy and evicted_keys from the text of
+// INFO. Without maxmemory_policy the risk is unknown.
+func Parse(info string) tierlimit.EvictionRisk {
+	var r tierlimit.EvictionRisk
+	havePolicy := false
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		name, value, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "maxmemory":
+			r.MaxMemory, _ = strconv.ParseInt(value, 10, 64)
+		case "maxmemory_policy":
+			r.Policy, havePolicy = value, true
+		case "evicted_keys":
+			r.EvictedKeys, _ = strconv.ParseInt(value, 10, 64)
+		}
+	}
+	if !havePolicy {
+		r.Err = errors.New("the server's INFO has no maxmemory_policy")
+	}
+	return r
+}
+
+// Watch follows a server's eviction settings for one limiter: it reads them
+// when asked (Check), at most once per Every when polled (Due), reports
+// every change to the observer and logs one line when they become risky or
+// unknown. It is safe for concurrent use.
+type Watch struct {
+	rdb    redis.UniversalClient
+	name   string                       // the limiter, in the log line
+	report func(tierlimit.EvictionRisk) // nil when not observed
+	next   atomic.Int64                 // unix ns before which Due is false
+	polled atomic.Bool                  // a Due check is under way
+
+	mu   sync.Mutex // guards last and have
+	last tierlimit.EvictionRisk
+	have bool
+}
+
+// NewWatch returns a Watch of rdb reporting to report (may be nil).
+func NewWatch(rdb redis.UniversalClient, report func(tierlimit.EvictionRisk)) *Watch {
+	return &Watch{rdb: rdb, report: report}
+}
+
+// Last returns the last reading (the zero value, with a nil Err, before
+// the first one).
+func (w *Watch) Last() tierlimit.EvictionRisk {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+// Due reports whether a check is due at now, and if so claims it: the
+// caller must then call Check (once) and Done.
+func (w *Watch) Due(now time.Time) bool {
+	return now.UnixNano() >= w.next.Load() && w.polled.CompareAndSwap(false, true)
+}
+
+// Done ends a check claimed by Due.
+func (w *Watch) Done() { w.polled.Store(false) }
+
+// Check reads the settings now and reports them if they changed.
+func (w *Watch) Check(ctx context.Context) tierlimit.EvictionRisk {
+	r, err := Read(ctx, w.rdb)
+	if err != nil {
+		w.next.Store(time.Now().Add(retry).UnixNano())
+		return w.Last()
+	}
+	w.next.Store(time.Now().Add(Every).UnixNano())
+	w.mu.Lock()
+	prev, had := w.last, w.have
+	w.last, w.have = r, true
+	w.mu.Unlock()
+	changed := !had || prev.Risky() != r.Risky() || prev.Known() != r.Known() ||
+		r.Risky() && r.EvictedKeys > prev.EvictedKeys
+	if !changed {
+		return r
+	}
+	if (r.Risky() && !prev.Risky()) || (!r.Known() && (!had || prev.Known())) {
+		slog.Warn("tierlimit: " + r.String())
+	}
+	if w.report != nil {
+		w.report(r)
+	}
+	return r
+}

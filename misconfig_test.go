@@ -1,0 +1,221 @@
+package tierlimit_test
+
+// Redis set-ups an operator meets that make a limiter unable to work: each
+// is an error wrapping tierlimit.ErrMisconfigured, from New or from the
+// first call, on every tier that uses Redis; never a silent allow, a denial
+// or a fallback decision.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// tierUnderTest builds a limiter of one tier and makes its first decision.
+type tierUnderTest struct {
+	name string
+	// first returns the error of New, or else of the first Allow, and
+	// what the limiter decided.
+	first func(ctx context.Context, rdb redis.UniversalClient) (tierlimit.Result, error)
+}
+
+// redisTiers are every limiter that keeps its state in Redis.
+func redisTiers() []tierUnderTest {
+	lim := tierlimit.PerSecond(10)
+	remoteTier := func(name string, mk func(redis.UniversalClient) (tierlimit.Limiter, error)) tierUnderTest {
+		return tierUnderTest{name, func(ctx context.Context, rdb redis.UniversalClient) (tierlimit.Result, error) {
+			l, err := mk(rdb)
+			if err != nil {
+				return tierlimit.Result{}, err
+			}
+			return l.AllowN(ctx, "k", 1)
+		}}
+	}
+	return []tierUnderTest{
+		remoteTier("remote token bucket", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewTokenBucket(r, lim) }),
+		remoteTier("remote gcra", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewGCRA(r, lim) }),
+		remoteTier("remote fixed window", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewFixedWindow(r, lim) }),
+		remoteTier("remote anchored window", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewAnchoredWindow(r, lim) }),
+		remoteTier("remote sliding log", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewSlidingLog(r, lim) }),
+		remoteTier("remote sliding window", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewSlidingWindow(r, lim) }),
+		{"hybrid", func(ctx context.Context, rdb redis.UniversalClient) (tierlimit.Result, error) {
+			l, err := hybrid.New(rdb, lim)
+			if err != nil {
+				return tierlimit.Result{}, err
+			}
+			defer l.Close()
+			res, err := l.AllowN(ctx, "k", 1)
+			if st := l.Stats(); st.Fallback != 0 {
+				return res, errors.New("a fallback decision, not an error")
+			}
+			return res, err
+		}},
+	}
+}
+
+// TestMisconfigurationMatrix: every Redis set-up that cannot run the
+// limiters, through go-redis's default client and every tier's default
+// options, is ErrMisconfigured.
+func TestMisconfigurationMatrix(t *testing.T) {
+	ctx := context.Background()
+	protected := redistest.Start(t, "--requirepass", "secret")
+	admin := protected.Client(t)
+	for _, acl := range [][]string{
+		{"noevalsha", "on", ">pw", "~*", "+@all", "-evalsha"},
+		{"noscripts", "on", ">pw", "~*", "+@all", "-evalsha", "-eval"},
+		{"nowrite", "on", ">pw", "~other:*", "+@all"},
+	} {
+		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, toAny(acl)...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noEvalSha := redistest.Start(t, "--rename-command", "EVALSHA", "")
+	noScripts := redistest.Start(t, "--rename-command", "EVALSHA", "", "--rename-command", "EVAL", "")
+	primary := redistest.Start(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	full := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	fill(t, full.Client(t))
+
+	setups := []struct {
+		name string
+		opts redis.Options
+	}{
+		{"EVALSHA renamed away", redis.Options{Addr: noEvalSha.Addr}},
+		{"EVALSHA and EVAL renamed away", redis.Options{Addr: noScripts.Addr}},
+		{"user without EVALSHA", redis.Options{Addr: protected.Addr, Username: "noevalsha", Password: "pw"}},
+		{"user without scripts", redis.Options{Addr: protected.Addr, Username: "noscripts", Password: "pw"}},
+		{"user without write on the prefix", redis.Options{Addr: protected.Addr, Username: "nowrite", Password: "pw"}},
+		{"no password", redis.Options{Addr: protected.Addr}},
+		{"wrong password", redis.Options{Addr: protected.Addr, Password: "wrong"}},
+		{"read-only replica", redis.Options{Addr: replica.Addr}},
+		{"full under noeviction", redis.Options{Addr: full.Addr}},
+	}
+	for _, s := range setups {
+		for _, tier := range redisTiers() {
+			t.Run(s.name+"/"+tier.name, func(t *testing.T) {
+				opts := s.opts
+				rdb := redis.NewClient(&opts)
+				defer rdb.Close()
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				res, err := tier.first(cctx, rdb)
+				if !errors.Is(err, tierlimit.ErrMisconfigured) {
+					t.Fatalf("New, then Allow = %+v, %v; want an error wrapping ErrMisconfigured", res, err)
+				}
+				t.Logf("%v", err)
+			})
+		}
+	}
+}
+
+// fill lowers the server's maxmemory below what it uses, so that under
+// noeviction every write is refused with OOM.
+func fill(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "filler", strings.Repeat("x", 1<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := infoField(t, info, "used_memory")
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, "one-more", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("a write to the full server = %v, want OOM", err)
+	}
+}
+
+// infoField returns an integer field of an INFO reply.
+func infoField(t *testing.T, info, name string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s: %v", name, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO has no %s", name)
+	return 0
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// TestMisconfiguredAtRunTime: a fleet of three hybrid limiters whose user
+// loses the right to run scripts while they run. Every decision that needs
+// Redis is then an error wrapping ErrMisconfigured, not a fallback decision;
+// the fleet's count stays at three; and once the right is given back, the
+// limiters decide again without errors.
+func TestMisconfiguredAtRunTime(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t, "--requirepass", "secret")
+	admin := s.Client(t)
+	setUser := func(rules ...string) {
+		t.Helper()
+		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "app"}, toAny(rules)...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUser("on", ">pw", "~*", "+@all")
+	limit := tierlimit.PerSecond(1000)
+	var fleet []*hybrid.Limiter
+	for range 3 {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "app", Password: "pw"})
+		defer rdb.Close()
+		l, err := hybrid.New(rdb, limit, hybrid.WithHeartbeat(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		fleet = append(fleet, l)
+	}
+	// Three beats of every member, so that each has seen the others.
+	time.Sleep(300 * time.Millisecond)
+	if n := fleet[0].Stats().Instances; n != 3 {
+		t.Fatalf("Instances = %d before the ACL change, want 3", n)
+	}
+
+	setUser("-evalsha", "-eval")
+	// Fresh keys need a claim: every decision is an error.
+	for i := range 20 {
+		res, err := fleet[i%3].Allow(ctx, "key"+strconv.Itoa(i))
+		if !errors.Is(err, tierlimit.ErrMisconfigured) {
+			t.Fatalf("Allow %d after the ACL change = %+v, %v; want ErrMisconfigured", i, res, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // heartbeats fail meanwhile
+	for i, l := range fleet {
+		st := l.Stats()
+		if st.Instances != 3 || st.Fallback != 0 {
+			t.Errorf("member %d: Instances %d, %d fallback decisions; want 3 and 0", i, st.Instances, st.Fallback)
+		}
+	}
+
+	setUser("+evalsha", "+eval")
+	for i := range 20 {
+		if _, err := fleet[i%3].Allow(ctx, "key"+strconv.Itoa(i)); err != nil {
+			t.Fatalf("Allow %d after the ACL is mended = %v, want no error", i, err)
+		}
+	}
+}
