@@ -33,8 +33,10 @@
 // instance's share of the limit, the live instances being counted in Redis
 // by a heartbeat (WithHeartbeat, WithFallback). Probes close the breaker
 // when Redis answers, and leasing resumes by itself. Redis refusing the
-// limiter's commands (wrong password, missing ACL permission) is not an
-// outage: New and AllowN report tierlimit.ErrMisconfigured.
+// limiter's commands (see tierlimit.Misconfigured: a password, an ACL
+// permission, a renamed command, a read-only replica, a full server under
+// noeviction) is not an outage: New and AllowN report
+// tierlimit.ErrMisconfigured.
 //
 // docs/design.md states the guarantees with their proofs and bounds.
 package hybrid
