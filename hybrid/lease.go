@@ -4,84 +4,16 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/ristretto/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/remote"
 	"golang.org/x/sync/singleflight"
 )
 
-// entry is the in-process state of one key. Its fields are atomics: the hot
-// path reads and spends without a lock. They are grouped by how they are
-// shared between cores: a local decision writes only the last group (one
-// cache line, already owned after the spend's CAS) and reads the first,
-// which claims write. A parallel many-key benchmark showed the difference:
-// every line a decision writes moves between the cores deciding a hot key.
-type entry struct {
-	// Read by every decision, written by claims.
-	key          string
-	stripe       uint8        // of the decision counters
-	evicted      atomic.Bool  // ristretto dropped e: refund its tokens, refill it no more
-	stale        atomic.Bool  // Reset forgot the key: e takes no more tokens
-	blockedUntil atomic.Int64 // ns: Redis cannot grant n tokens before then
-	remote       atomic.Int64 // Redis's Remaining at the last claim
-	lastSize     atomic.Int64 // tokens granted by the last claim
-
-	// Claims, refills and the janitor only.
-	holder     string       // e's name in the bucket's ledger (WithLeaseLedger): unique in the fleet
-	gen        atomic.Int64 // e's claims so far, with the ledger; written under the key lock, read by Close without it
-	expires    atomic.Int64 // ns: unspent tokens are refunded then
-	lastClaim  atomic.Int64 // ns of the last claim
-	refilling  atomic.Bool
-	refillDone atomic.Pointer[chan struct{}] // closed when the queued refill is done
-
-	_ [64]byte // keeps the group below off the lines above
-
-	// Written by every local decision.
-	tokens atomic.Int64 // leased tokens not yet spent
-	demand atomic.Int64 // tokens spent since the last claim
-	local  atomic.Int64 // allowed local decisions not yet added to Limiter.localAllowed
-	held   atomic.Bool  // e is in Limiter.held
-}
-
-// maxHotSlots bounds the front table of hot entries (128 KiB of pointers).
-// With 4096 slots, 10k Zipf-skewed keys collided often enough that a
-// parallel benchmark spent a third of its time in ristretto lookups and in
-// slot writes bouncing between cores.
-const maxHotSlots = 1 << 14
-
-// hotSlots is the size of the front table for maxKeys keys: the power of
-// two at or above it, at most maxHotSlots.
-func hotSlots(maxKeys int64) int {
-	n := 64
-	for int64(n) < maxKeys && n < maxHotSlots {
-		n *= 2
-	}
-	return n
-}
-
-// touchEvery: one front-table hit in touchEvery also reads ristretto, so
-// that its frequency sketch keeps seeing the hot keys.
-const touchEvery = 64
-
-// lookup returns key's entry from the front table, or from ristretto.
-func (l *Limiter) lookup(key string) (*entry, bool) {
-	slot := &l.hot[keyHash(key)&uint64(len(l.hot)-1)]
-	if e := slot.Load(); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
-		if e.demand.Load()%touchEvery == touchEvery-1 {
-			l.cache.Get(key)
-		}
-		return e, true
-	}
-	e, ok := l.cache.Get(key)
-	if ok {
-		slot.Store(e)
-	}
-	return e, ok
-}
+// lookup returns key's entry (see table.find).
+func (l *Limiter) lookup(key string) (*entry, bool) { return l.keys.find(key, keyHash(key)) }
 
 // spend takes n tokens from e's lease if it holds them.
 func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
@@ -108,23 +40,7 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		ResetAfter: time.Duration(l.limit.Capacity()-remaining) * l.limit.Every(),
 		Source:     src,
 	}
-	if src != tierlimit.SourceLocal {
-		return l.record(res, e.stripe), true
-	}
-	l.countLocal(e)
-	return res, true
-}
-
-// countLocal counts an allowed local decision in e, on the cache line the
-// spend's CAS already owns; the janitor adds it to the limiter's count. A
-// spend that raced with the janitor forgetting e (it held no tokens left)
-// puts e back in held, so that the count is not stranded in an entry the
-// janitor no longer visits (see refundHeld).
-func (l *Limiter) countLocal(e *entry) {
-	e.local.Add(1)
-	if !e.held.Load() {
-		l.hold(e)
-	}
+	return l.record(res, e.stripe), true
 }
 
 // blocked returns a denial from src while Redis is known to hold fewer than
@@ -157,7 +73,7 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 // on in its flight's goroutine and lands its tokens in the entry for later
 // callers: a goroutine hand-off more per claim (tens of µs on a loaded
 // machine), which the first way saves.
-func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
 	if n == 0 {
 		return l.peek(ctx, key)
 	}
@@ -193,7 +109,15 @@ func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Res
 				return l.record(res, e.stripe), nil
 			}
 		}
-		fn := func() (any, error) { return l.lease(ctx, key, n) }
+		fn := func() (any, error) {
+			// The flight may outlive its caller: it is a call in
+			// flight of its own, which Close waits for.
+			if !l.keys.enter(h) {
+				return nil, tierlimit.ErrClosed
+			}
+			defer l.keys.exit(h)
+			return l.lease(ctx, key, n)
+		}
 		var r singleflight.Result
 		if l.inline {
 			r.Val, r.Err, _ = l.flights.Do(key, fn)
@@ -207,6 +131,9 @@ func (l *Limiter) claim(ctx context.Context, key string, n int64) (tierlimit.Res
 			}
 		}
 		if r.Err != nil {
+			if r.Err == tierlimit.ErrClosed {
+				return tierlimit.Result{}, r.Err
+			}
 			if tierlimit.Misconfigured(r.Err) {
 				return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, r.Err)
 			}
@@ -315,7 +242,9 @@ func (l *Limiter) apply(e *entry, now, want, granted int64, res tierlimit.Result
 			e.expires.Store(now + int64(l.cfg.leaseTTL))
 		}
 		e.tokens.Add(granted)
-		l.hold(e)
+		if e.evicted.Load() {
+			l.keys.keep(e) // after the Add: see table.forget
+		}
 	}
 	if res.Allowed && (granted >= want || l.cfg.maxLease == 1) {
 		e.blockedUntil.Store(0)
@@ -421,39 +350,21 @@ func (l *Limiter) entry(key string) *entry {
 	if l.cfg.ledger {
 		e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
 	}
-	// Wait makes the entry visible to the next Get. If ristretto refuses or
-	// drops it, the entry still serves this claim and its tokens are in
-	// held: the janitor refunds them.
-	if l.cache.Set(key, e, 1) {
-		l.cache.Wait()
-	}
+	// If ristretto refuses or drops e, e still serves this claim and the
+	// janitor refunds what it holds.
+	l.keys.add(e)
 	return e
-}
-
-// hold records that e may hold tokens.
-func (l *Limiter) hold(e *entry) {
-	l.mu.Lock()
-	l.held[e] = struct{}{}
-	e.held.Store(true)
-	l.mu.Unlock()
-}
-
-// dropped is ristretto's eviction and rejection callback: the entry's
-// tokens are refunded at the janitor's next round.
-func (l *Limiter) dropped(item *ristretto.Item[*entry]) {
-	if item.Value != nil {
-		item.Value.evicted.Store(true)
-		item.Value.expires.Store(0)
-	}
 }
 
 // refill asks a background worker to top up e's lease.
 func (l *Limiter) refill(e *entry) {
-	if !e.refilling.CompareAndSwap(false, true) {
-		return
+	if e.refillDone.Load() != nil {
+		return // queued or running
 	}
 	done := make(chan struct{})
-	e.refillDone.Store(&done)
+	if !e.refillDone.CompareAndSwap(nil, &done) {
+		return
+	}
 	select {
 	case l.refills <- e:
 	default:
@@ -463,7 +374,6 @@ func (l *Limiter) refill(e *entry) {
 
 // refilled ends e's refill and wakes the callers waiting on it.
 func (l *Limiter) refilled(e *entry) {
-	e.refilling.Store(false)
 	if done := e.refillDone.Swap(nil); done != nil {
 		close(*done)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/dgraph-io/ristretto/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/local"
@@ -26,7 +25,7 @@ type Limiter struct {
 	cfg      config
 	rdb      redis.UniversalClient
 	bucket   *remote.TokenBucket
-	cache    *ristretto.Cache[string, *entry]
+	keys     *table
 	fallback *local.Limiter
 	brk      *breaker
 	inline   bool // claims run on the caller's goroutine: rdb honours deadlines
@@ -48,40 +47,26 @@ type Limiter struct {
 
 	// decided counts decisions by source and outcome, striped by key so
 	// that distinct keys decided on different cores do not contend on one
-	// cache line (a parallel many-key benchmark showed it). Allowed local
-	// decisions, the most frequent, are counted in their entry instead
-	// (entry.local).
+	// cache line (BenchmarkZipf10k's parallel case).
 	decided [decisionStripes]struct {
 		n [4][2]atomic.Int64
 		_ [64]byte
 	}
-	// localAllowed adds up the entries' counts of allowed local decisions
-	// (the janitor moves them here; Stats adds those still in entries).
-	localAllowed atomic.Int64
 
-	// mu guards held: the entries that may hold tokens, so that the janitor
-	// and Close can find them (ristretto cannot be iterated).
+	// mu guards counts: the fleet's size seen by the last heartbeats,
+	// newest first.
 	mu     sync.Mutex
-	held   map[*entry]struct{}
-	counts [3]int64 // the fleet's size seen by the last heartbeats, newest first
+	counts [3]int64
 
-	// keyLocks order a key's claims with its Reset (slow path only).
+	// keyLocks order a key's claims with its Reset and the janitor's
+	// refunds (slow path only). Lock order: see table.
 	keyLocks [256]sync.Mutex
-
-	// hot is a direct-mapped front table of recently used entries: a hit
-	// costs a hash and an atomic load instead of ristretto's Get (a
-	// sharded lock, a bloom filter and a buffer push: half the hot path in
-	// a CPU profile). It has a slot per key up to maxHotSlots (a power of
-	// two), so memory stays bounded; ristretto still owns the entries and
-	// decides what to keep.
-	hot []atomic.Pointer[entry]
 
 	// misconfig is the last reply of Redis that means a misconfiguration
 	// (tierlimit.Misconfigured), until a call succeeds: while it is set,
 	// what would fall back is an error instead.
 	misconfig atomic.Pointer[error]
 
-	closed    atomic.Bool
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -156,8 +141,6 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		bucket:   bucket,
 		fallback: fallback,
 		refills:  make(chan *entry, 1024),
-		hot:      make([]atomic.Pointer[entry], hotSlots(cfg.maxKeys)),
-		held:     make(map[*entry]struct{}),
 		done:     make(chan struct{}),
 		inline:   honoursDeadlines(rdb),
 		id:       instanceID(),
@@ -169,14 +152,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		l.onDecision, l.onCall, onBreaker = o.Decision, o.RedisCall, o.Breaker
 	}
 	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil)
-	l.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
-		NumCounters:        cfg.maxKeys * 10,
-		MaxCost:            cfg.maxKeys,
-		BufferItems:        64,
-		IgnoreInternalCost: true,
-		OnEvict:            l.dropped,
-		OnReject:           l.dropped,
-	})
+	l.keys, err = newTable(cfg.maxKeys)
 	if err != nil {
 		fallback.Close()
 		return nil, invalid("cache: %v", err)
@@ -186,7 +162,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	// permission) before any decision. Redis down is no error: New then
 	// waits at most the call budget.
 	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); tierlimit.Misconfigured(err) {
-		l.cache.Close()
+		l.keys.release()
 		fallback.Close()
 		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	}
@@ -240,7 +216,8 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Re
 	if err := l.check(ctx, key, n); err != nil {
 		return tierlimit.Result{}, err
 	}
-	if e, ok := l.lookup(key); ok {
+	h := keyHash(key)
+	if e, ok := l.keys.find(key, h); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceLocal); ok {
 			return res, nil
 		}
@@ -248,11 +225,16 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Re
 			return l.record(res, e.stripe), nil
 		}
 	}
-	return l.claim(ctx, key, n)
+	// The slow path is a call in flight, which Close waits for.
+	if !l.keys.enter(h) {
+		return tierlimit.Result{}, tierlimit.ErrClosed
+	}
+	defer l.keys.exit(h)
+	return l.claim(ctx, key, h, n)
 }
 
 func (l *Limiter) check(ctx context.Context, key string, n int64) error {
-	if l.closed.Load() {
+	if l.keys.gate.Closed() {
 		return tierlimit.ErrClosed
 	}
 	if err := tierlimit.CheckKey(key); err != nil {
@@ -268,34 +250,33 @@ func (l *Limiter) check(ctx context.Context, key string, n int64) error {
 // Tokens leased for it are dropped: Redis's bucket is full again, so they
 // count as refunded (or as lost if Redis could not be reached).
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if l.closed.Load() {
-		return tierlimit.ErrClosed
-	}
 	if err := tierlimit.CheckKey(key); err != nil {
 		return err
 	}
+	h := keyHash(key)
+	if !l.keys.enter(h) {
+		return tierlimit.ErrClosed
+	}
+	defer l.keys.exit(h)
 	mu := l.keyLock(key)
 	mu.Lock()
 	defer mu.Unlock()
 	// Every entry of the key goes stale: the cached one and any that
-	// ristretto refused but that still holds tokens.
+	// ristretto dropped but that still holds tokens.
 	var dropped int64
 	forget := func(e *entry) {
 		e.stale.Store(true)
 		dropped += e.tokens.Swap(0)
 	}
-	if e, ok := l.cache.Get(key); ok {
+	if e, ok := l.keys.find(key, h); ok {
 		forget(e)
 	}
-	l.mu.Lock()
-	for e := range l.held {
+	for _, e := range l.keys.holding() {
 		if e.key == key && !e.stale.Load() {
 			forget(e)
 		}
 	}
-	l.mu.Unlock()
-	l.cache.Del(key)
-	l.cache.Wait()
+	l.keys.del(key)
 	if err := l.fallback.Reset(ctx, key); err != nil {
 		return err
 	}
@@ -321,12 +302,10 @@ func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
 // decisions, so under load its parts may be a few tokens apart.
 func (l *Limiter) Stats() Stats {
 	var s Stats
-	local := l.localDecisions()
-	s.Local = l.count(tierlimit.SourceLocal) + local
+	s.Local = l.count(tierlimit.SourceLocal)
 	s.Blocked = l.count(tierlimit.SourceBlocked)
 	s.Remote = l.count(tierlimit.SourceRemote)
 	s.Fallback = l.count(tierlimit.SourceFallback)
-	s.Allowed = local
 	for i := range l.decided {
 		for src := range l.decided[i].n {
 			s.Denied += l.decided[i].n[src][0].Load()
@@ -346,18 +325,6 @@ func (l *Limiter) Stats() Stats {
 	s.FallbackLimit = l.fallback.Limit()
 	s.Eviction = l.bucket.Eviction()
 	return s
-}
-
-// localDecisions counts the allowed local decisions: those the janitor
-// added up and those still in held entries.
-func (l *Limiter) localDecisions() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.localAllowed.Load()
-	for e := range l.held {
-		n += e.local.Load()
-	}
-	return n
 }
 
 // decisionStripes is the number of stripes of the decision counters.
@@ -381,17 +348,23 @@ func (l *Limiter) record(res tierlimit.Result, stripe uint8) tierlimit.Result {
 	return res
 }
 
-// Close refunds every unspent token to Redis, stops the background
-// goroutines and releases the cache. Later calls return tierlimit.ErrClosed.
-// Close is safe to call more than once; it reports tokens it could not
-// refund (they are counted in Stats.Lost).
+// Close waits for the decisions and claims in flight, refunds every unspent
+// token to Redis, stops the background goroutines and releases the cache.
+// Later calls of AllowN and Reset return tierlimit.ErrClosed; Stats still
+// reads the counters. Close is safe to call more than once, and
+// concurrently with any method; it reports tokens it could not refund
+// (they are counted in Stats.Lost). With a client that does not honour
+// context deadlines, a claim in flight may hold Close up to the client's
+// ReadTimeout.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
-		l.closed.Store(true)
+		// Callers and claims in flight end first, so that the refunds
+		// below include the tokens they claimed.
+		l.keys.shut()
 		close(l.done)
 		l.wg.Wait()
-		l.closeErr = l.refundHeld(time.Time{}, true)
-		l.cache.Close()
+		l.closeErr = l.refundEntries(time.Time{}, true, l.keys.last())
+		l.keys.release()
 		l.fallback.Close()
 	})
 	return l.closeErr

@@ -140,13 +140,19 @@ func WithCallBudget(d time.Duration) Option {
 	})
 }
 
-// WithMaxKeys bounds the keys held in process (default DefaultMaxKeys). Each
-// key costs a few hundred bytes: memory is bounded whatever number of
-// distinct keys arrives.
+// maxMaxKeys bounds WithMaxKeys: ristretto allocates its admission
+// counters up front, about 48 bytes per key, whether or not the keys come.
+const maxMaxKeys = 1 << 24
+
+// WithMaxKeys bounds the keys held in process (default DefaultMaxKeys),
+// from 1 to 2^24 (16,777,216). Each key held costs a few hundred bytes, and
+// New allocates about 96 bytes per key of the bound up front (ristretto's
+// admission counters, for the leases and for the fallback): memory is
+// bounded whatever number of distinct keys arrives.
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
-		if n < 1 || n > 1<<40 {
-			return invalid("max keys %d must be between 1 and 2^40", n)
+		if n < 1 || n > maxMaxKeys {
+			return invalid("max keys %d must be between 1 and %d", n, maxMaxKeys)
 		}
 		c.maxKeys = n
 		return nil

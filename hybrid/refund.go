@@ -27,31 +27,25 @@ func (l *Limiter) janitor() {
 }
 
 // refundHeld gives back the tokens of every lease expired at now (all of
-// them when all is set, at Close: then even while the breaker is open, as
-// it is the last chance), adds the entries' local decisions to the
-// limiter's count and forgets entries that hold no tokens.
+// them when all is set), as refund does for the entries that hold tokens.
+func (l *Limiter) refundHeld(now time.Time, all bool) error {
+	return l.refundEntries(now, all, l.keys.holding())
+}
+
+// refundEntries gives back the tokens of the leases of entries expired at
+// now (all of them when all is set, at Close: then even while the breaker
+// is open, as it is the last chance), and stops following the dropped
+// entries that hold no tokens.
 //
 // An entry's tokens are taken under its key lock, with the number of its
 // last claim, which the refund names: the bucket's ledger then ends the
 // entry's record unless a later claim wrote it.
-//
-// A spend counts its decision in e.local and then, if e.held is false,
-// holds e again. Here e.held is cleared before e.local is taken, so a count
-// made after the take sees e.held false and puts e back: no count is left
-// in an entry the janitor no longer visits.
-func (l *Limiter) refundHeld(now time.Time, all bool) error {
-	var due []*entry
-	l.mu.Lock()
-	for e := range l.held {
-		if all || e.expires.Load() <= now.UnixNano() {
-			due = append(due, e)
-		} else {
-			l.settle(e)
+func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error {
+	refunds := make([]remote.Refund, 0, len(entries))
+	for _, e := range entries {
+		if !all && e.expires.Load() > now.UnixNano() {
+			continue
 		}
-	}
-	l.mu.Unlock()
-	refunds := make([]remote.Refund, 0, len(due))
-	for _, e := range due {
 		// A claim of e's key in flight holds its lock for as long as
 		// Redis takes to answer, which in an outage can be seconds: the
 		// janitor leaves e to its next round, a quarter TTL later (a
@@ -74,23 +68,11 @@ func (l *Limiter) refundHeld(now time.Time, all bool) error {
 			}
 			refunds = append(refunds, r)
 		}
+		if e.evicted.Load() {
+			l.keys.forget(e)
+		}
 	}
-	l.mu.Lock()
-	for _, e := range due {
-		l.settle(e)
-	}
-	l.mu.Unlock()
 	return l.refund(refunds, all)
-}
-
-// settle adds e's local decisions to the limiter's count and forgets e if
-// it holds no tokens. The caller holds l.mu.
-func (l *Limiter) settle(e *entry) {
-	if e.tokens.Load() == 0 {
-		e.held.Store(false)
-		delete(l.held, e) // a later claim or count into e holds it again
-	}
-	l.localAllowed.Add(e.local.Swap(0))
 }
 
 // refund sends refunds in pipelined batches, through the breaker unless
@@ -143,10 +125,8 @@ func (l *Limiter) refundID() string {
 
 // heldTokens sums the tokens in leases.
 func (l *Limiter) heldTokens() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var n int64
-	for e := range l.held {
+	for _, e := range l.keys.holding() {
 		n += e.tokens.Load()
 	}
 	return n

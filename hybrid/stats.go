@@ -35,9 +35,8 @@ type Stats struct {
 }
 
 // counters are the live counters behind Stats, besides the decision
-// counters (Limiter.decided, Limiter.localAllowed and entry.local). Spent
-// is derived: leased - refunded - lost - held, where held is summed over
-// the leases.
+// counters (Limiter.decided). Spent is derived: leased - refunded - lost -
+// held, where held is summed over the leases.
 type counters struct {
 	redisCalls, redisErrors atomic.Int64
 	leased, refunded, lost  atomic.Int64

@@ -23,6 +23,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/gate"
 	"golang.org/x/time/rate"
 )
 
@@ -48,11 +49,17 @@ type config struct {
 	clock   Clock
 }
 
-// WithMaxKeys bounds the number of keys held (default DefaultMaxKeys, at least 1).
+// maxMaxKeys bounds WithMaxKeys: ristretto allocates its admission
+// counters up front, about 48 bytes per key, whether or not the keys come.
+const maxMaxKeys = 1 << 24
+
+// WithMaxKeys bounds the number of keys held (default DefaultMaxKeys): from
+// 1 to 2^24 (16,777,216). New allocates about 48 bytes per key of the bound
+// up front (ristretto's admission counters), 768 MiB at the largest.
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
-		if n < 1 || n > math.MaxInt64/16 {
-			return fmt.Errorf("%w: local: max keys %d must be between 1 and %d", tierlimit.ErrInvalidOption, n, int64(math.MaxInt64/16))
+		if n < 1 || n > maxMaxKeys {
+			return fmt.Errorf("%w: local: max keys %d must be between 1 and %d", tierlimit.ErrInvalidOption, n, maxMaxKeys)
 		}
 		c.maxKeys = n
 		return nil
@@ -71,11 +78,13 @@ func WithClock(clock Clock) Option {
 }
 
 // Limiter is an in-process keyed rate limiter. It is safe for concurrent use
-// and must not be copied. Close releases its cache.
+// and must not be copied. Close releases its cache; after it, every method
+// returns tierlimit.ErrClosed.
 type Limiter struct {
 	setting atomic.Pointer[setting]
 	clock   Clock
 	cache   *ristretto.Cache[string, *bucket]
+	gate    gate.Gate // the calls using cache, which Close waits for
 
 	// stripes serialise the creation of a key's bucket, so that concurrent
 	// first calls share one bucket.
@@ -152,8 +161,12 @@ func (l *Limiter) Limit() tierlimit.Limit { return l.setting.Load().limit }
 // SetLimit changes the limit of every key, those already held included:
 // each keeps the tokens it has (capped at the new burst) and refills at the
 // new rate from its next call on. It returns an error wrapping
-// tierlimit.ErrInvalidLimit for a bad limit, and then changes nothing.
+// tierlimit.ErrInvalidLimit for a bad limit, and then changes nothing, and
+// tierlimit.ErrClosed after Close.
 func (l *Limiter) SetLimit(limit tierlimit.Limit) error {
+	if l.gate.Closed() {
+		return tierlimit.ErrClosed
+	}
 	if err := checkLimit(limit); err != nil {
 		return err
 	}
@@ -176,17 +189,22 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // AllowN reports whether n events may happen now for key, and takes them if
 // so. n == 0 peeks. ctx is accepted for the tierlimit.Limiter interface and
 // ignored: no call waits. Errors wrap tierlimit.ErrInvalidKey or
-// tierlimit.ErrInvalidCost.
+// tierlimit.ErrInvalidCost; after Close it returns tierlimit.ErrClosed.
 func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return tierlimit.Result{}, err
 	}
+	h := xxhash.Sum64String(key)
+	if !l.gate.Enter(h) {
+		return tierlimit.Result{}, tierlimit.ErrClosed
+	}
+	defer l.gate.Exit(h)
 	set := l.setting.Load()
 	if err := set.limit.CheckCost(n); err != nil {
 		return tierlimit.Result{}, err
 	}
 	now := l.clock.Now()
-	b := l.bucket(key, set)
+	b := l.bucket(key, h, set)
 	if b.gen.Load() != set.gen {
 		// A SetLimit since this bucket last decided: it follows the new
 		// limit from now on (rate.Limiter orders the calls itself).
@@ -197,27 +215,36 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 	return decide(set, b.lim, now, n), nil
 }
 
-// Reset forgets key: its next call starts with a full bucket.
+// Reset forgets key: its next call starts with a full bucket. It returns
+// tierlimit.ErrClosed after Close.
 func (l *Limiter) Reset(_ context.Context, key string) error {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return err
 	}
+	h := xxhash.Sum64String(key)
+	if !l.gate.Enter(h) {
+		return tierlimit.ErrClosed
+	}
+	defer l.gate.Exit(h)
 	l.cache.Del(key)
 	l.cache.Wait()
 	return nil
 }
 
-// Close releases the cache and its goroutines. It is safe to call twice.
+// Close waits for the calls in flight, then releases the cache and its
+// goroutines. It is safe to call twice, and concurrently with any method.
 func (l *Limiter) Close() error {
-	l.cache.Close()
+	if l.gate.Close() {
+		l.cache.Close()
+	}
 	return nil
 }
 
-func (l *Limiter) bucket(key string, set *setting) *bucket {
+func (l *Limiter) bucket(key string, h uint64, set *setting) *bucket {
 	if b, ok := l.cache.Get(key); ok {
 		return b
 	}
-	mu := &l.stripes[stripe(key)]
+	mu := &l.stripes[h%uint64(len(l.stripes))]
 	mu.Lock()
 	defer mu.Unlock()
 	if b, ok := l.cache.Get(key); ok {
@@ -253,5 +280,3 @@ func wait(set *setting, tokens float64) time.Duration {
 	d := time.Duration(math.Ceil(tokens / float64(set.every) * 1e6))
 	return d * time.Microsecond
 }
-
-func stripe(key string) int { return int(xxhash.Sum64String(key) % 64) }

@@ -1,0 +1,217 @@
+package hybrid
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/tierlimit/tierlimit/internal/gate"
+)
+
+// entry is the in-process state of one key. Its fields are atomics: the hot
+// path reads and spends without a lock. They are grouped by how they are
+// shared between cores: a local decision writes only the last group (one
+// cache line, already owned after the spend's CAS) and reads the first,
+// which claims write (BenchmarkHotKeyParallel, BenchmarkZipf10k).
+type entry struct {
+	// Read by every decision, written by claims.
+	key          string
+	stripe       uint8        // of the decision counters
+	evicted      atomic.Bool  // ristretto dropped e: refund its tokens, refill it no more
+	stale        atomic.Bool  // Reset forgot the key: e takes no more tokens
+	blockedUntil atomic.Int64 // ns: Redis cannot grant n tokens before then
+	remote       atomic.Int64 // Redis's Remaining at the last claim
+	lastSize     atomic.Int64 // tokens granted by the last claim
+
+	// Claims, refills and the janitor only.
+	holder     string                        // e's name in the bucket's ledger (WithLeaseLedger): unique in the fleet
+	gen        atomic.Int64                  // e's claims so far, with the ledger; written under the key lock, read by Close without it
+	expires    atomic.Int64                  // ns: unspent tokens are refunded then
+	lastClaim  atomic.Int64                  // ns of the last claim
+	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done
+
+	_ [64]byte // keeps the group below off the lines above
+
+	// Written by every local decision.
+	tokens atomic.Int64 // leased tokens not yet spent
+	demand atomic.Int64 // tokens spent since the last claim
+}
+
+// table is a Limiter's one registry of keys: where a decision finds a key's
+// entry, where the janitor, Stats and Close find every entry that holds
+// tokens, and what makes Close safe with calls in flight. It is safe for
+// concurrent use.
+//
+// ristretto owns the entries: it bounds their number and keeps the most
+// used (its admission policy). Three things wrap it:
+//   - hot, a direct-mapped front table of recently found entries: a hit is
+//     a hash and an atomic load instead of ristretto's Get
+//     (BenchmarkAllowLease); one hit in touchEvery also reads ristretto, so
+//     that its frequency sketch sees the hot keys;
+//   - dropped, the entries ristretto evicted or refused that may still hold
+//     tokens (a claim in flight may land some after the drop): the janitor
+//     refunds them, and forgets each once it holds none;
+//   - gate, which Close shuts before it closes ristretto: ristretto's Get,
+//     Set and Del may panic or block once its Close has begun.
+//
+// Lock order: a Limiter's key locks (several in index order) before mu;
+// ristretto's own locks are taken inside its calls, and its callbacks
+// (drop) take mu, so no ristretto call is made under mu.
+type table struct {
+	cache *ristretto.Cache[string, *entry]
+	hot   []atomic.Pointer[entry]
+	gate  gate.Gate
+
+	mu      sync.Mutex
+	dropped map[*entry]struct{}
+}
+
+// maxHotSlots bounds the front table (128 KiB of pointers); it was sized by
+// BenchmarkZipf10k's parallel case, where slots shared by several keys
+// bounce between cores.
+const maxHotSlots = 1 << 14
+
+// touchEvery: one front-table hit in touchEvery also reads ristretto.
+const touchEvery = 64
+
+func newTable(maxKeys int64) (*table, error) {
+	t := &table{hot: make([]atomic.Pointer[entry], hotSlots(maxKeys)), dropped: make(map[*entry]struct{})}
+	var err error
+	t.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
+		NumCounters:        maxKeys * 10,
+		MaxCost:            maxKeys,
+		BufferItems:        64,
+		IgnoreInternalCost: true,
+		OnEvict:            t.drop,
+		OnReject:           t.drop,
+	})
+	return t, err
+}
+
+// hotSlots is the size of the front table for maxKeys keys: the power of
+// two at or above it, at most maxHotSlots.
+func hotSlots(maxKeys int64) int {
+	n := 64
+	for int64(n) < maxKeys && n < maxHotSlots {
+		n *= 2
+	}
+	return n
+}
+
+// enter lets a call that uses ristretto in (h: the key's hash), or reports
+// false once Close has begun; exit ends it.
+func (t *table) enter(h uint64) bool { return t.gate.Enter(h) }
+func (t *table) exit(h uint64)       { t.gate.Exit(h) }
+
+// find returns key's entry (h is keyHash(key)), if it has one that is
+// neither evicted nor stale.
+func (t *table) find(key string, h uint64) (*entry, bool) {
+	slot := &t.hot[h&uint64(len(t.hot)-1)]
+	if e := slot.Load(); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
+		if rand.Uint32()%touchEvery == 0 && t.enter(h) {
+			t.cache.Get(key)
+			t.exit(h)
+		}
+		return e, true
+	}
+	if !t.enter(h) {
+		return nil, false
+	}
+	defer t.exit(h)
+	e, ok := t.cache.Get(key)
+	if ok {
+		slot.Store(e)
+	}
+	return e, ok
+}
+
+// add registers e for its key, and waits until find sees it. If ristretto
+// refuses it, e is dropped at once (and still serves its caller's claim).
+// The caller is inside the gate.
+func (t *table) add(e *entry) {
+	if t.cache.Set(e.key, e, 1) {
+		t.cache.Wait()
+	}
+}
+
+// del forgets key's entry in ristretto. The caller is inside the gate.
+func (t *table) del(key string) {
+	t.cache.Del(key)
+	t.cache.Wait()
+}
+
+// drop is ristretto's eviction and rejection callback: e refunds its
+// tokens at the janitor's next round and is refilled no more.
+func (t *table) drop(item *ristretto.Item[*entry]) {
+	e := item.Value
+	if e == nil {
+		return
+	}
+	e.evicted.Store(true)
+	e.expires.Store(0)
+	t.keep(e)
+}
+
+// keep records that e, which ristretto dropped, may hold tokens: a claim
+// that lands tokens in an evicted entry calls it after adding them.
+func (t *table) keep(e *entry) {
+	t.mu.Lock()
+	t.dropped[e] = struct{}{}
+	t.mu.Unlock()
+}
+
+// holding returns every entry that holds tokens: ristretto's and the
+// dropped ones. Once shut, it returns the dropped ones only.
+func (t *table) holding() []*entry {
+	var out []*entry
+	if t.enter(0) {
+		out = t.cached()
+		t.exit(0)
+	}
+	return append(out, t.droppedNow()...)
+}
+
+// cached returns ristretto's entries that hold tokens.
+func (t *table) cached() []*entry {
+	var out []*entry
+	t.cache.IterValues(func(e *entry) bool {
+		if e.tokens.Load() > 0 {
+			out = append(out, e)
+		}
+		return false
+	})
+	return out
+}
+
+func (t *table) droppedNow() []*entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*entry, 0, len(t.dropped))
+	for e := range t.dropped {
+		out = append(out, e)
+	}
+	return out
+}
+
+// forget stops following e if it is a dropped entry that holds no tokens
+// now. A claim that lands tokens in e later keeps it again: it adds them
+// before it calls keep, and forget checks them under mu.
+func (t *table) forget(e *entry) {
+	t.mu.Lock()
+	if e.tokens.Load() == 0 {
+		delete(t.dropped, e)
+	}
+	t.mu.Unlock()
+}
+
+// shut turns away the calls that would use ristretto and waits for those
+// inside. Then, and before release, Close alone uses the table: last
+// returns every entry that holds tokens.
+func (t *table) shut() { t.gate.Close() }
+
+// last is holding for Close, between shut and release.
+func (t *table) last() []*entry { return append(t.cached(), t.droppedNow()...) }
+
+// release closes ristretto, after shut.
+func (t *table) release() { t.cache.Close() }
