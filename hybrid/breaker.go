@@ -20,16 +20,11 @@ var errUnavailable = errors.New("hybrid: redis unavailable: circuit breaker open
 // breaker (Allow, then report the outcome), which opens after a number of
 // consecutive failures, lets one probe through after the probe interval and
 // closes when it succeeds. Errors that mean misconfiguration count neither
-// way: they are not an outage.
-//
-// Its state is mirrored in atomics so that, while it is open, a decision
-// learns it without taking gobreaker's lock.
+// way: they are not an outage. Only decisions that would call Redis ask it
+// (the slow path), so its lock is not on the hot path.
 type breaker struct {
-	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
-	probe  int64         // ns the breaker stays open
-	state  atomic.Uint32 // a tierlimit.BreakerState
-	opened atomic.Int64  // wall-clock ns it last opened
-	opens  atomic.Int64  // times it opened
+	cb    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	opens atomic.Int64 // times it opened
 
 	// changes carries transitions to the observer's goroutine (nil without
 	// an observer), so that no user code runs under gobreaker's lock.
@@ -37,7 +32,7 @@ type breaker struct {
 }
 
 func newBreaker(threshold uint32, probe time.Duration, observed bool) *breaker {
-	b := &breaker{probe: int64(probe)}
+	b := &breaker{}
 	if observed {
 		b.changes = make(chan tierlimit.BreakerChange, 64)
 	}
@@ -57,10 +52,8 @@ func newBreaker(threshold uint32, probe time.Duration, observed bool) *breaker {
 // changed is gobreaker's OnStateChange; it runs under gobreaker's lock.
 func (b *breaker) changed(_ string, from, to gobreaker.State) {
 	if to == gobreaker.StateOpen {
-		b.opened.Store(time.Now().UnixNano())
 		b.opens.Add(1)
 	}
-	b.state.Store(uint32(breakerState(to)))
 	if b.changes != nil {
 		select {
 		case b.changes <- tierlimit.BreakerChange{From: breakerState(from), To: breakerState(to)}:
@@ -82,9 +75,6 @@ func breakerState(s gobreaker.State) tierlimit.BreakerState {
 // allow returns a func to report one Redis call's outcome, or
 // errUnavailable if no call may go to Redis now.
 func (b *breaker) allow() (func(error), error) {
-	if b.open() {
-		return nil, errUnavailable
-	}
 	done, err := b.cb.Allow()
 	if err != nil {
 		return nil, errUnavailable
@@ -93,10 +83,7 @@ func (b *breaker) allow() (func(error), error) {
 }
 
 // open reports whether the breaker is open and not yet due for a probe.
-func (b *breaker) open() bool {
-	return tierlimit.BreakerState(b.state.Load()) == tierlimit.BreakerOpen &&
-		time.Now().UnixNano()-b.opened.Load() < b.probe
-}
+func (b *breaker) open() bool { return b.cb.State() == gobreaker.StateOpen }
 
 // current returns the breaker's state (an open breaker due for a probe is
 // half-open).

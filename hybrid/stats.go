@@ -41,3 +41,53 @@ type counters struct {
 	redisCalls, redisErrors atomic.Int64
 	leased, refunded, lost  atomic.Int64
 }
+
+// Stats returns the counters. The ledger is read without stopping
+// decisions, so under load its parts may be a few tokens apart.
+func (l *Limiter) Stats() Stats {
+	var s Stats
+	s.Local = l.count(tierlimit.SourceLocal)
+	s.Blocked = l.count(tierlimit.SourceBlocked)
+	s.Remote = l.count(tierlimit.SourceRemote)
+	s.Fallback = l.count(tierlimit.SourceFallback)
+	for i := range l.decided {
+		for src := range l.decided[i].n {
+			s.Denied += l.decided[i].n[src][0].Load()
+			s.Allowed += l.decided[i].n[src][1].Load()
+		}
+	}
+	s.RedisCalls = l.stats.redisCalls.Load()
+	s.RedisErrors = l.stats.redisErrors.Load()
+	s.Refunded = l.stats.refunded.Load()
+	s.Lost = l.stats.lost.Load()
+	s.Held = l.heldTokens()
+	s.Leased = l.stats.leased.Load()
+	s.Spent = s.Leased - s.Refunded - s.Lost - s.Held
+	s.Breaker = l.brk.current()
+	s.BreakerOpens = l.brk.opens.Load()
+	s.Instances = l.instances.Load()
+	s.FallbackLimit = l.fallback.Limit()
+	s.Eviction = l.bucket.Eviction()
+	return s
+}
+
+// decisionStripes is the number of stripes of the decision counters.
+const decisionStripes = 16
+
+func (l *Limiter) count(s tierlimit.Source) int64 {
+	var n int64
+	for i := range l.decided {
+		n += l.decided[i].n[s][0].Load() + l.decided[i].n[s][1].Load()
+	}
+	return n
+}
+
+// record counts a decision in stripe (an entry's, or 0 off the hot path).
+func (l *Limiter) record(res tierlimit.Result, stripe uint8) tierlimit.Result {
+	allowed := 0
+	if res.Allowed {
+		allowed = 1
+	}
+	l.decided[stripe%decisionStripes].n[res.Source][allowed].Add(1)
+	return res
+}

@@ -1,5 +1,7 @@
 package hybrid
 
+// Claims: the decisions that ask Redis for a lease, and how big a lease is.
+
 import (
 	"context"
 	"fmt"
@@ -11,58 +13,6 @@ import (
 	"github.com/tierlimit/tierlimit/remote"
 	"golang.org/x/sync/singleflight"
 )
-
-// lookup returns key's entry (see table.find).
-func (l *Limiter) lookup(key string) (*entry, bool) { return l.keys.find(key, keyHash(key)) }
-
-// spend takes n tokens from e's lease if it holds them.
-func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
-	left := e.tokens.Load()
-	for {
-		if left < n {
-			return tierlimit.Result{}, false
-		}
-		if e.tokens.CompareAndSwap(left, left-n) {
-			break
-		}
-		left = e.tokens.Load()
-	}
-	left -= n
-	e.demand.Add(n)
-	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
-		l.refill(e)
-	}
-	remaining := min(left+e.remote.Load(), l.limit.Capacity())
-	res := tierlimit.Result{
-		Allowed:    true,
-		Limit:      l.limit,
-		Remaining:  remaining,
-		ResetAfter: time.Duration(l.limit.Capacity()-remaining) * l.limit.Every(),
-		Source:     src,
-	}
-	return l.record(res, e.stripe), true
-}
-
-// blocked returns a denial from src while Redis is known to hold fewer than
-// n tokens for e's key.
-func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
-	until := e.blockedUntil.Load()
-	if until == 0 || n == 0 {
-		return tierlimit.Result{}, false
-	}
-	now := l.now()
-	if now >= until {
-		return tierlimit.Result{}, false
-	}
-	held := e.tokens.Load()
-	return tierlimit.Result{
-		Limit:      l.limit,
-		Remaining:  held,
-		RetryAfter: time.Duration(until - now),
-		ResetAfter: time.Duration(l.limit.Capacity()-held) * l.limit.Every(),
-		Source:     src,
-	}, true
-}
 
 // claim decides a call the lease could not: one Redis call per key at a
 // time, shared by the callers waiting on it. No caller waits longer than the
@@ -286,61 +236,6 @@ func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
 	return d
 }
 
-// peek answers n == 0: what the lease and Redis hold, charging nothing.
-func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error) {
-	var res tierlimit.Result
-	ev, err := l.call("peek", l.cfg.callBudget, func() error {
-		cctx, cancel := l.budget(ctx)
-		defer cancel()
-		var err error
-		res, err = l.bucket.AllowN(cctx, key, 0)
-		return err
-	})
-	l.report(&ev)
-	switch {
-	case tierlimit.Misconfigured(err):
-		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
-	case err != nil:
-		return l.fall(ctx, key, 0)
-	}
-	return l.record(res, 0), nil
-}
-
-// fall decides while Redis cannot be reached: a lease still held is spent
-// first, then the failure mode decides, unless Redis's last word was a
-// misconfiguration: that is an error.
-func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if e, ok := l.lookup(key); ok {
-		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
-			return res, nil
-		}
-	}
-	if err := l.misconfig.Load(); err != nil {
-		return tierlimit.Result{}, *err
-	}
-	switch l.cfg.failureMode {
-	case FailOpen:
-		return l.record(tierlimit.Result{Allowed: true, Limit: l.limit, Source: tierlimit.SourceFallback}, 0), nil
-	case FailClosed:
-		return l.record(tierlimit.Result{
-			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
-			ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
-		}, 0), nil
-	}
-	fb := l.fallback.Limit()
-	if n > fb.Capacity() {
-		// More than the fallback's burst can never pass it: deny, never
-		// charge a part.
-		return l.record(tierlimit.Result{Limit: fb, RetryAfter: fb.Period, Source: tierlimit.SourceFallback}, 0), nil
-	}
-	res, err := l.fallback.AllowN(ctx, key, n)
-	if err != nil {
-		return tierlimit.Result{}, err
-	}
-	res.Source = tierlimit.SourceFallback
-	return l.record(res, 0), nil
-}
-
 // entry returns key's entry, creating and caching it if needed.
 func (l *Limiter) entry(key string) *entry {
 	if e, ok := l.lookup(key); ok {
@@ -354,134 +249,4 @@ func (l *Limiter) entry(key string) *entry {
 	// janitor refunds what it holds.
 	l.keys.add(e)
 	return e
-}
-
-// refill asks a background worker to top up e's lease.
-func (l *Limiter) refill(e *entry) {
-	if e.refillDone.Load() != nil {
-		return // queued or running
-	}
-	done := make(chan struct{})
-	if !e.refillDone.CompareAndSwap(nil, &done) {
-		return
-	}
-	select {
-	case l.refills <- e:
-	default:
-		l.refilled(e) // workers busy: the next spend asks again
-	}
-}
-
-// refilled ends e's refill and wakes the callers waiting on it.
-func (l *Limiter) refilled(e *entry) {
-	if done := e.refillDone.Swap(nil); done != nil {
-		close(*done)
-	}
-}
-
-// awaitRefill waits for a refill of e in flight, until budget fires.
-func (l *Limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan time.Time) error {
-	done := e.refillDone.Load()
-	if done == nil {
-		return nil
-	}
-	select {
-	case <-*done:
-	case <-budget:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
-// refillBatch is the most leases one background round trip refills.
-const refillBatch = 256
-
-// refiller tops up leases in the background: it takes every queued entry
-// (up to refillBatch) and claims for all of them in one pipelined round trip.
-func (l *Limiter) refiller() {
-	defer l.wg.Done()
-	batch := make([]*entry, 0, refillBatch)
-	for {
-		select {
-		case <-l.done:
-			return
-		case e := <-l.refills:
-			batch = append(batch[:0], e)
-		more:
-			for len(batch) < refillBatch {
-				select {
-				case e := <-l.refills:
-					batch = append(batch, e)
-				default:
-					break more
-				}
-			}
-			l.refillAll(batch)
-			for _, e := range batch {
-				l.refilled(e)
-			}
-		}
-	}
-}
-
-// refillAll claims a lease top-up for each entry still worth refilling,
-// holding their key locks (in order) so that no Reset interleaves.
-func (l *Limiter) refillAll(batch []*entry) {
-	if l.brk.open() {
-		return // the next spend asks again; no lease grows while Redis is away
-	}
-	var ev tierlimit.RedisCall
-	defer l.report(&ev) // after the key locks are released
-	now := l.now()
-	var todo []*entry
-	for _, e := range batch {
-		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now {
-			todo = append(todo, e)
-		}
-	}
-	if len(todo) == 0 {
-		return
-	}
-	var locks [len(l.keyLocks)]bool
-	for _, e := range todo {
-		locks[l.keyLockIndex(e.key)] = true
-	}
-	for i, used := range locks {
-		if used {
-			l.keyLocks[i].Lock()
-			defer l.keyLocks[i].Unlock()
-		}
-	}
-	keys := make([]string, 0, len(todo))
-	claims := make([]remote.Claim, 0, len(todo))
-	live := todo[:0]
-	for _, e := range todo {
-		if e.stale.Load() { // a Reset got in before the locks
-			continue
-		}
-		live = append(live, e)
-		keys = append(keys, e.key)
-		claims = append(claims, l.claimOf(e, 1, l.size(e, 1, now)))
-	}
-	if len(live) == 0 {
-		return
-	}
-	var grants []remote.Grant
-	ev, _ = l.call("refill", l.cfg.callBudget, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
-		defer cancel()
-		grants = l.bucket.LeaseBatch(ctx, keys, claims)
-		for _, g := range grants {
-			if g.Err != nil {
-				return g.Err // the round trip failed, for the breaker
-			}
-		}
-		return nil
-	})
-	for i, g := range grants {
-		if g.Err == nil {
-			l.apply(live[i], now, claims[i].Want, g.Granted, g.Result)
-		}
-	}
 }

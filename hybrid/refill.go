@@ -1,0 +1,141 @@
+package hybrid
+
+// Refills: hot leases topped up in the background before they run dry.
+
+import (
+	"context"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// refill asks a background worker to top up e's lease.
+func (l *Limiter) refill(e *entry) {
+	if e.refillDone.Load() != nil {
+		return // queued or running
+	}
+	done := make(chan struct{})
+	if !e.refillDone.CompareAndSwap(nil, &done) {
+		return
+	}
+	select {
+	case l.refills <- e:
+	default:
+		l.refilled(e) // workers busy: the next spend asks again
+	}
+}
+
+// refilled ends e's refill and wakes the callers waiting on it.
+func (l *Limiter) refilled(e *entry) {
+	if done := e.refillDone.Swap(nil); done != nil {
+		close(*done)
+	}
+}
+
+// awaitRefill waits for a refill of e in flight, until budget fires.
+func (l *Limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan time.Time) error {
+	done := e.refillDone.Load()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-*done:
+	case <-budget:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// refillBatch is the most leases one background round trip refills.
+const refillBatch = 256
+
+// refiller tops up leases in the background: it takes every queued entry
+// (up to refillBatch) and claims for all of them in one pipelined round trip.
+func (l *Limiter) refiller() {
+	defer l.wg.Done()
+	batch := make([]*entry, 0, refillBatch)
+	for {
+		select {
+		case <-l.done:
+			return
+		case e := <-l.refills:
+			batch = append(batch[:0], e)
+		more:
+			for len(batch) < refillBatch {
+				select {
+				case e := <-l.refills:
+					batch = append(batch, e)
+				default:
+					break more
+				}
+			}
+			l.refillAll(batch)
+			for _, e := range batch {
+				l.refilled(e)
+			}
+		}
+	}
+}
+
+// refillAll claims a lease top-up for each entry still worth refilling,
+// holding their key locks (in order) so that no Reset interleaves.
+func (l *Limiter) refillAll(batch []*entry) {
+	if l.brk.open() {
+		return // the next spend asks again; no lease grows while Redis is away
+	}
+	var ev tierlimit.RedisCall
+	defer l.report(&ev) // after the key locks are released
+	now := l.now()
+	var todo []*entry
+	for _, e := range batch {
+		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now {
+			todo = append(todo, e)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	var locks [len(l.keyLocks)]bool
+	for _, e := range todo {
+		locks[l.keyLockIndex(e.key)] = true
+	}
+	for i, used := range locks {
+		if used {
+			l.keyLocks[i].Lock()
+			defer l.keyLocks[i].Unlock()
+		}
+	}
+	keys := make([]string, 0, len(todo))
+	claims := make([]remote.Claim, 0, len(todo))
+	live := todo[:0]
+	for _, e := range todo {
+		if e.stale.Load() { // a Reset got in before the locks
+			continue
+		}
+		live = append(live, e)
+		keys = append(keys, e.key)
+		claims = append(claims, l.claimOf(e, 1, l.size(e, 1, now)))
+	}
+	if len(live) == 0 {
+		return
+	}
+	var grants []remote.Grant
+	ev, _ = l.call("refill", l.cfg.callBudget, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+		defer cancel()
+		grants = l.bucket.LeaseBatch(ctx, keys, claims)
+		for _, g := range grants {
+			if g.Err != nil {
+				return g.Err // the round trip failed, for the breaker
+			}
+		}
+		return nil
+	})
+	for i, g := range grants {
+		if g.Err == nil {
+			l.apply(live[i], now, claims[i].Want, g.Granted, g.Result)
+		}
+	}
+}

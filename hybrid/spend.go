@@ -1,0 +1,119 @@
+package hybrid
+
+// The decisions made in process: spending a lease, denying a key known to be
+// blocked, and deciding while Redis cannot be reached.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// lookup returns key's entry (see table.find).
+func (l *Limiter) lookup(key string) (*entry, bool) { return l.keys.find(key, keyHash(key)) }
+
+// spend takes n tokens from e's lease if it holds them.
+func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+	left := e.tokens.Load()
+	for {
+		if left < n {
+			return tierlimit.Result{}, false
+		}
+		if e.tokens.CompareAndSwap(left, left-n) {
+			break
+		}
+		left = e.tokens.Load()
+	}
+	left -= n
+	e.demand.Add(n)
+	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
+		l.refill(e)
+	}
+	remaining := min(left+e.remote.Load(), l.limit.Capacity())
+	res := tierlimit.Result{
+		Allowed:    true,
+		Limit:      l.limit,
+		Remaining:  remaining,
+		ResetAfter: time.Duration(l.limit.Capacity()-remaining) * l.limit.Every(),
+		Source:     src,
+	}
+	return l.record(res, e.stripe), true
+}
+
+// blocked returns a denial from src while Redis is known to hold fewer than
+// n tokens for e's key.
+func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+	until := e.blockedUntil.Load()
+	if until == 0 || n == 0 {
+		return tierlimit.Result{}, false
+	}
+	now := l.now()
+	if now >= until {
+		return tierlimit.Result{}, false
+	}
+	held := e.tokens.Load()
+	return tierlimit.Result{
+		Limit:      l.limit,
+		Remaining:  held,
+		RetryAfter: time.Duration(until - now),
+		ResetAfter: time.Duration(l.limit.Capacity()-held) * l.limit.Every(),
+		Source:     src,
+	}, true
+}
+
+// peek answers n == 0: what the lease and Redis hold, charging nothing.
+func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error) {
+	var res tierlimit.Result
+	ev, err := l.call("peek", l.cfg.callBudget, func() error {
+		cctx, cancel := l.budget(ctx)
+		defer cancel()
+		var err error
+		res, err = l.bucket.AllowN(cctx, key, 0)
+		return err
+	})
+	l.report(&ev)
+	switch {
+	case tierlimit.Misconfigured(err):
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
+	case err != nil:
+		return l.fall(ctx, key, 0)
+	}
+	return l.record(res, 0), nil
+}
+
+// fall decides while Redis cannot be reached: a lease still held is spent
+// first, then the failure mode decides, unless Redis's last word was a
+// misconfiguration: that is an error.
+func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if e, ok := l.lookup(key); ok {
+		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
+			return res, nil
+		}
+	}
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	switch l.cfg.failureMode {
+	case FailOpen:
+		return l.record(tierlimit.Result{Allowed: true, Limit: l.limit, Source: tierlimit.SourceFallback}, 0), nil
+	case FailClosed:
+		return l.record(tierlimit.Result{
+			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
+			ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+		}, 0), nil
+	}
+	fb := l.fallback.Limit()
+	if n > fb.Capacity() {
+		// More than the fallback's burst can never pass it: deny, never
+		// charge a part.
+		return l.record(tierlimit.Result{Limit: fb, RetryAfter: fb.Period, Source: tierlimit.SourceFallback}, 0), nil
+	}
+	res, err := l.fallback.AllowN(ctx, key, n)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
+	res.Source = tierlimit.SourceFallback
+	return l.record(res, 0), nil
+}
