@@ -21,8 +21,7 @@ import (
 // its own goroutine. With one that does not, callers wait on the shared
 // call's channel with a timer, and a call still running at the budget goes
 // on in its flight's goroutine and lands its tokens in the entry for later
-// callers: a goroutine hand-off more per claim (tens of µs on a loaded
-// machine), which the first way saves.
+// callers: a goroutine hand-off more per claim, which the first way saves.
 func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
 	if n == 0 {
 		return l.peek(ctx, key)

@@ -41,7 +41,7 @@ type Cluster struct {
 // t.Cleanup.
 //
 // The cluster is created with CLUSTER ADDSLOTS and CLUSTER MEET, which is
-// faster and steadier than redis-cli --cluster create (2 s against 2–8 s).
+// faster and steadier than redis-cli --cluster create.
 // When no redis-server is found, StartCluster skips t, or fails it if Required.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
