@@ -98,46 +98,77 @@ func (b *breaker) current() tierlimit.BreakerState {
 // The breaker learns that the call failed once timeout has passed, even if
 // f is still running: the client may be retrying dials with its own backoff
 // (go-redis: DialerRetries × DialerRetryTimeout, 500 ms by default), and a
-// breaker that waited for it would open, and heal, that much later.
+// breaker that waited for it would open, and heal, that much later. It
+// learns of one more failure for every further timeout the call is still
+// in flight: a stalled Redis with one call in flight per key (a paused
+// server, say) opens the breaker within a few budgets, and decisions stop
+// waiting on it.
 func (l *Limiter) call(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
 	done, err := l.brk.allow()
 	if err != nil {
 		return tierlimit.RedisCall{}, err
 	}
-	return l.run(op, timeout, done, f)
+	return l.run(op, timeout, done, l.brk.stalled, f)
 }
 
 // callAnyway makes the call even while the breaker holds calls back, and
 // does not report to it: Close's last refunds, which have no later chance.
 func (l *Limiter) callAnyway(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
-	return l.run(op, timeout, func(error) {}, f)
+	return l.run(op, timeout, func(error) {}, func() {}, f)
+}
+
+// stalled tells the breaker of one more failure: a call still in flight a
+// budget after its first one ran out. While the breaker is open (or its
+// probe is under way) there is nothing to tell.
+func (b *breaker) stalled() {
+	if done, err := b.cb.Allow(); err == nil {
+		done(context.DeadlineExceeded)
+	}
 }
 
 // run makes the call f and settles it with done (see call). A call that
 // runs past its budget is counted as failed when the budget runs out, in
 // the breaker, Stats and the observer alike, whenever it ends; it is
-// reported once.
-func (l *Limiter) run(op string, timeout time.Duration, done func(error), f func() error) (tierlimit.RedisCall, error) {
+// reported once. stalled is called at every further budget it runs.
+func (l *Limiter) run(op string, timeout time.Duration, done func(error), stalled func(), f func() error) (tierlimit.RedisCall, error) {
 	var once sync.Once
 	settle := func(err error) (first bool) {
 		once.Do(func() { first = true; done(err) })
 		return first
 	}
-	late := time.AfterFunc(timeout, func() {
+	var (
+		mu       sync.Mutex // orders the timer's re-arming with the call's end
+		finished bool
+		late     *time.Timer
+	)
+	expire := func() {
 		if settle(context.DeadlineExceeded) {
 			l.stats.redisErrors.Add(1)
 			if l.onCall != nil {
 				err := fmt.Errorf("hybrid: %s: redis call over its %v budget: %w", op, timeout, context.DeadlineExceeded)
 				l.onCall(tierlimit.RedisCall{Op: op, Latency: timeout, Err: err})
 			}
+		} else {
+			stalled()
 		}
-	})
+		mu.Lock()
+		if !finished {
+			late.Reset(timeout)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	late = time.AfterFunc(timeout, expire)
+	mu.Unlock()
 	var start time.Time
 	if l.onCall != nil {
 		start = time.Now()
 	}
 	err := f()
+	mu.Lock()
+	finished = true
 	late.Stop()
+	mu.Unlock()
 	l.stats.redisCalls.Add(1)
 	l.learn(err)
 	if !settle(err) {

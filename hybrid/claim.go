@@ -29,17 +29,24 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 	if l.brk.open() {
 		return l.fall(ctx, key, n)
 	}
-	var budget *time.Timer // started when first needed
+	// expired is closed when the call budget has run out, counted from
+	// the first wait: every later wait sees it (a timer's channel would
+	// be drained by the first).
+	var (
+		budget  *time.Timer
+		expired chan struct{}
+	)
 	defer func() {
 		if budget != nil {
 			budget.Stop()
 		}
 	}()
-	expired := func() <-chan time.Time {
-		if budget == nil {
-			budget = time.NewTimer(l.cfg.callBudget)
+	expiry := func() <-chan struct{} {
+		if expired == nil {
+			expired = make(chan struct{})
+			budget = time.AfterFunc(l.cfg.callBudget, func() { close(expired) })
 		}
-		return budget.C
+		return expired
 	}
 	// A claim shared with other callers may leave too few tokens for this
 	// one: claim again, a bounded number of times.
@@ -47,7 +54,7 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 		if e, ok := l.lookup(key); ok {
 			// A background refill in flight is this caller's claim too.
 			if e.refillDone.Load() != nil {
-				if err := l.awaitRefill(ctx, e, expired()); err != nil {
+				if err := l.awaitRefill(ctx, e, expiry()); err != nil {
 					return tierlimit.Result{}, err
 				}
 			}
@@ -73,7 +80,7 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 		} else {
 			select {
 			case r = <-l.flights.DoChan(key, fn):
-			case <-expired():
+			case <-expiry():
 				return l.fall(ctx, key, n)
 			case <-ctx.Done():
 				return tierlimit.Result{}, ctx.Err()

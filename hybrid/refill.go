@@ -4,7 +4,6 @@ package hybrid
 
 import (
 	"context"
-	"time"
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/remote"
@@ -34,7 +33,7 @@ func (l *Limiter) refilled(e *entry) {
 }
 
 // awaitRefill waits for a refill of e in flight, until budget fires.
-func (l *Limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan time.Time) error {
+func (l *Limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan struct{}) error {
 	done := e.refillDone.Load()
 	if done == nil {
 		return nil
