@@ -43,6 +43,8 @@ func (r EvictionRisk) String() string {
 		return fmt.Sprintf("redis may evict limiter keys: maxmemory %d bytes with policy %s (%d keys evicted so far); "+
 			"limits are then not enforced for the evicted keys: use a dedicated instance or noeviction",
 			r.MaxMemory, r.Policy, r.EvictedKeys)
+	case r.Policy == "":
+		return "no eviction: the server reports no eviction policy"
 	case r.MaxMemory == 0:
 		return "no eviction: no maxmemory"
 	}

@@ -99,10 +99,11 @@ func readInfo(cmd *redis.StringCmd) (tierlimit.EvictionRisk, error) {
 }
 
 // Parse reads maxmemory, maxmemory_policy and evicted_keys from the text of
-// INFO. Without maxmemory_policy the risk is unknown.
+// INFO. A server that reports no maxmemory_policy (a Redis-compatible
+// server without Redis's eviction, e.g. miniredis) is read as one that
+// does not evict.
 func Parse(info string) tierlimit.EvictionRisk {
 	var r tierlimit.EvictionRisk
-	havePolicy := false
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		name, value, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
@@ -113,13 +114,10 @@ func Parse(info string) tierlimit.EvictionRisk {
 		case "maxmemory":
 			r.MaxMemory, _ = strconv.ParseInt(value, 10, 64)
 		case "maxmemory_policy":
-			r.Policy, havePolicy = value, true
+			r.Policy = value
 		case "evicted_keys":
 			r.EvictedKeys, _ = strconv.ParseInt(value, 10, 64)
 		}
-	}
-	if !havePolicy {
-		r.Err = errors.New("the server's INFO has no maxmemory_policy")
 	}
 	return r
 }

@@ -23,7 +23,7 @@ func TestParse(t *testing.T) {
 			tierlimit.EvictionRisk{Policy: "noeviction", MaxMemory: 10}, true, false},
 		{"no maxmemory", "maxmemory:0\nmaxmemory_policy:allkeys-lru\n",
 			tierlimit.EvictionRisk{Policy: "allkeys-lru"}, true, false},
-		{"no policy (miniredis)", "# Stats\r\nevicted_keys:0\r\n", tierlimit.EvictionRisk{}, false, false},
+		{"no policy (miniredis)", "# Stats\r\nevicted_keys:0\r\n", tierlimit.EvictionRisk{}, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
