@@ -190,10 +190,21 @@ func TestMisconfiguredAtRunTime(t *testing.T) {
 		defer l.Close()
 		fleet = append(fleet, l)
 	}
-	// Three beats of every member, so that each has seen the others.
-	time.Sleep(300 * time.Millisecond)
-	if n := fleet[0].Stats().Instances; n != 3 {
-		t.Fatalf("Instances = %d before the ACL change, want 3", n)
+	// Every member has seen the others (a loaded machine may take a few
+	// beats).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		seen := 0
+		for _, l := range fleet {
+			if l.Stats().Instances == 3 {
+				seen++
+			}
+		}
+		if seen == len(fleet) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 members count 3 instances 10 s after New, want all", seen)
+		}
 	}
 
 	setUser("-evalsha", "-eval")

@@ -81,7 +81,7 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 			select {
 			case r = <-l.flights.DoChan(key, fn):
 			case <-expiry():
-				return l.fall(ctx, key, n)
+				return l.missed(ctx, key, n)
 			case <-ctx.Done():
 				return tierlimit.Result{}, ctx.Err()
 			}
@@ -93,7 +93,7 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 			if tierlimit.Misconfigured(r.Err) {
 				return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, r.Err)
 			}
-			return l.fall(ctx, key, n)
+			return l.missed(ctx, key, n)
 		}
 		e := r.Val.(*entry)
 		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {

@@ -83,6 +83,34 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 	return l.record(res, 0), nil
 }
 
+// missed decides a call whose claim failed or ran past the call budget.
+// While the breaker is open that is an outage, which the failure mode
+// decides (fall). Otherwise Redis may only be slow, and in FailFallback mode
+// no fallback bucket mints tokens for it (G1): a lease that landed
+// meanwhile is spent, a key known to be blocked stays blocked, and
+// anything else is denied for a budget's time; the claim, if it lands, is
+// spent by the next callers.
+func (l *Limiter) missed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if l.brk.open() || l.cfg.failureMode != FailFallback {
+		return l.fall(ctx, key, n)
+	}
+	if e, ok := l.lookup(key); ok {
+		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
+			return res, nil
+		}
+		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
+			return l.record(res, e.stripe), nil
+		}
+	}
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	return l.record(tierlimit.Result{
+		Limit: l.limit, RetryAfter: l.cfg.callBudget, Source: tierlimit.SourceFallback,
+		ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+	}, 0), nil
+}
+
 // fall decides while Redis cannot be reached: a lease still held is spent
 // first, then the failure mode decides, unless Redis's last word was a
 // misconfiguration: that is an error.
