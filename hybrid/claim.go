@@ -167,7 +167,7 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	if err != nil {
 		return err
 	}
-	l.apply(e, now, want, granted, res)
+	l.apply(e, want, granted, res)
 	return nil
 }
 
@@ -187,7 +187,10 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) remote.Claim {
 // grant means Redis ran dry: the key then waits, like a denied one, for a
 // lease to accrue (spending what it got first) instead of asking again for
 // every few tokens.
-func (l *Limiter) apply(e *entry, now, want, granted int64, res tierlimit.Result) {
+func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
+	// Redis decided during the call: the time after it is when its
+	// RetryAfter counts from, at the latest.
+	now := l.now()
 	e.remote.Store(res.Remaining)
 	e.demand.Store(0)
 	e.lastClaim.Store(now)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -478,5 +479,82 @@ func TestCloseRefundsWithTheBreakerOpen(t *testing.T) {
 	}
 	if got := e.level(t, e.limiter(t, limit), "k"); got != 999 {
 		t.Errorf("Redis holds %d, want 999 (capacity - the one admitted)", got)
+	}
+}
+
+// TestFallbackStartsFromTheKeysState: once the breaker is open, a key's
+// fallback bucket holds what Redis last said the key had (nothing for a
+// key known to be blocked, a full share for a key never claimed), not a
+// fresh burst; and when Redis answers again, what the fallback admitted is
+// charged to the bucket, never below empty.
+func TestFallbackStartsFromTheKeysState(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerHour(100) // no refill to speak of while the test runs
+	l := e.limiter(t, limit, WithLeaseBounds(1, 1), WithProbeInterval(20*time.Millisecond))
+	fellBack := int64(0) // admitted by a fallback, so to be charged back
+	allow := func(key string, n int) (got int) {
+		t.Helper()
+		for range n {
+			r, err := l.Allow(e.ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				got++
+				if r.Source == tierlimit.SourceFallback {
+					fellBack++
+				}
+			}
+		}
+		return got
+	}
+	if got := allow("drained", 101); got != 100 {
+		t.Fatalf("drained: %d admitted, want 100", got)
+	}
+	if got := allow("used", 30); got != 30 {
+		t.Fatalf("used: %d admitted, want 30", got)
+	}
+	heal := e.outage()
+	for i := 0; l.Stats().BreakerOpens == 0; i++ {
+		if i == 100 {
+			t.Fatal("the breaker did not open in the outage")
+		}
+		allow("trip"+strconv.Itoa(i), 1)
+	}
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"drained", 0}, // known to be blocked
+		{"used", 70},   // Redis said 70 were left
+		{"new", 100},   // never claimed: a full share
+	} {
+		if got := allow(tc.key, 150); got != tc.want {
+			t.Errorf("%s: the fallback admitted %d in the outage, want %d", tc.key, got, tc.want)
+		}
+	}
+	heal()
+	waitFor(t, "the breaker to close", func() bool {
+		allow("probe", 1)
+		return l.Stats().Breaker == tierlimit.BreakerClosed
+	})
+	if err := l.refundHeld(e.clock.Now(), true); err != nil {
+		t.Fatal(err)
+	}
+	l.chargeBack(l.keys.holding())
+	st := l.Stats()
+	for _, tc := range []struct {
+		key  string
+		want int64
+	}{
+		{"drained", 0}, {"used", 0}, {"new", 0},
+	} {
+		if got := e.level(t, l, tc.key); got != tc.want {
+			t.Errorf("%s: Redis holds %d after the charge-back, want %d", tc.key, got, tc.want)
+		}
+	}
+	// 70 + 100, and the new keys the test used while the breaker was open.
+	if st.ChargedBack != fellBack || fellBack < 170 || st.Leased != st.Spent+st.Refunded+st.Lost+st.Held {
+		t.Errorf("stats %+v: want %d charged back, what the fallback admitted, and the ledger balanced", st, fellBack)
 	}
 }

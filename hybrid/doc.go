@@ -29,9 +29,12 @@
 // (WithCallBudget) and no Redis error reaches the caller: a circuit breaker
 // (WithBreakerThreshold, WithProbeInterval) stops calling Redis, leases held
 // are spent first, and the failure mode decides the rest (WithFailureMode):
-// by default an in-process limiter per key (package local) at this
-// instance's share of the limit, the live instances being counted in Redis
-// by a heartbeat (WithHeartbeat, WithFallback). Probes close the breaker
+// by default an x/time/rate bucket per key at this instance's share of the
+// limit, the live instances being counted in Redis by a heartbeat
+// (WithHeartbeat, WithFallback). A key's bucket starts from what Redis last
+// said the key had, and what it admits is charged to Redis when it
+// answers again. A call that is only slow, while the breaker is closed,
+// mints no tokens: the key is denied for a budget's time. Probes close the breaker
 // when Redis answers, and leasing resumes by itself. Redis refusing the
 // limiter's commands (see tierlimit.Misconfigured: a password, an ACL
 // permission, a renamed command, a read-only replica, a full server under

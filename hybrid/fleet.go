@@ -102,9 +102,8 @@ func (l *Limiter) beat(leave bool, timeout time.Duration) error {
 	l.mu.Unlock()
 	l.instances.Store(n)
 	if l.cfg.fallback == nil {
-		// The share is valid by construction; SetLimit only rejects
-		// invalid limits.
-		_ = l.fallback.SetLimit(share(l.limit, n))
+		s := share(l.limit, n)
+		l.share.Store(&s)
 	}
 	return nil
 }

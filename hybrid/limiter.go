@@ -11,7 +11,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/local"
 	"github.com/tierlimit/tierlimit/remote"
 	"golang.org/x/sync/singleflight"
 )
@@ -21,17 +20,17 @@ import (
 // must not be copied. Close it to refund unspent tokens and stop its
 // background goroutines.
 type Limiter struct {
-	limit    tierlimit.Limit
-	cfg      config
-	rdb      redis.UniversalClient
-	bucket   *remote.TokenBucket
-	keys     *table
-	fallback *local.Limiter
-	brk      *breaker
-	inline   bool // claims run on the caller's goroutine: rdb honours deadlines
-	flights  singleflight.Group
-	refills  chan *entry
-	stats    counters
+	limit   tierlimit.Limit
+	cfg     config
+	rdb     redis.UniversalClient
+	bucket  *remote.TokenBucket
+	keys    *table
+	share   atomic.Pointer[tierlimit.Limit] // what each key is held to while the breaker is open
+	brk     *breaker
+	inline  bool // claims run on the caller's goroutine: rdb honours deadlines
+	flights singleflight.Group
+	refills chan *entry
+	stats   counters
 
 	// The fleet: this instance's id, the Redis key of the fleet and the
 	// number of live instances last seen (1 until a heartbeat answers).
@@ -126,27 +125,23 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
+	l := &Limiter{
+		limit:   limit,
+		cfg:     cfg,
+		rdb:     rdb,
+		bucket:  bucket,
+		refills: make(chan *entry, 1024),
+		done:    make(chan struct{}),
+		inline:  honoursDeadlines(rdb),
+		id:      instanceID(),
+		fleet:   fleetKey(cfg.prefix, limit),
+	}
+	l.instances.Store(1)
 	fb := limit
 	if cfg.fallback != nil {
 		fb = *cfg.fallback
 	}
-	fallback, err := local.New(fb, local.WithMaxKeys(cfg.maxKeys), local.WithClock(cfg.clock))
-	if err != nil {
-		return nil, fmt.Errorf("hybrid: fallback: %w", err)
-	}
-	l := &Limiter{
-		limit:    limit,
-		cfg:      cfg,
-		rdb:      rdb,
-		bucket:   bucket,
-		fallback: fallback,
-		refills:  make(chan *entry, 1024),
-		done:     make(chan struct{}),
-		inline:   honoursDeadlines(rdb),
-		id:       instanceID(),
-		fleet:    fleetKey(cfg.prefix, limit),
-	}
-	l.instances.Store(1)
+	l.share.Store(&fb)
 	var onBreaker func(tierlimit.BreakerChange)
 	if o := cfg.observer; o != nil {
 		l.onDecision, l.onCall, onBreaker = o.Decision, o.RedisCall, o.Breaker
@@ -154,7 +149,6 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil)
 	l.keys, err = newTable(cfg.maxKeys)
 	if err != nil {
-		fallback.Close()
 		return nil, invalid("cache: %v", err)
 	}
 	// The first heartbeat, made here, tells the fleet's size from the
@@ -163,7 +157,6 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	// waits at most the call budget.
 	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); tierlimit.Misconfigured(err) {
 		l.keys.release()
-		fallback.Close()
 		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	}
 	l.wg.Add(4)
@@ -267,6 +260,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	forget := func(e *entry) {
 		e.stale.Store(true)
 		dropped += e.tokens.Swap(0)
+		e.owed.Store(0) // the bucket is full again: nothing to charge back
 	}
 	if e, ok := l.keys.find(key, h); ok {
 		forget(e)
@@ -277,9 +271,6 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		}
 	}
 	l.keys.del(key)
-	if err := l.fallback.Reset(ctx, key); err != nil {
-		return err
-	}
 	if err := l.bucket.Reset(ctx, key); err != nil {
 		l.stats.lost.Add(dropped)
 		return err
@@ -315,7 +306,6 @@ func (l *Limiter) Close() error {
 		l.wg.Wait()
 		l.closeErr = l.refundEntries(time.Time{}, true, l.keys.last())
 		l.keys.release()
-		l.fallback.Close()
 	})
 	return l.closeErr
 }

@@ -78,14 +78,11 @@ func (l *Limiter) refiller() {
 	}
 }
 
-// refillAll claims a lease top-up for each entry still worth refilling,
-// holding their key locks (in order) so that no Reset interleaves.
+// refillAll claims a lease top-up for each entry still worth refilling.
 func (l *Limiter) refillAll(batch []*entry) {
 	if l.brk.open() {
 		return // the next spend asks again; no lease grows while Redis is away
 	}
-	var ev tierlimit.RedisCall
-	defer l.report(&ev) // after the key locks are released
 	now := l.now()
 	var todo []*entry
 	for _, e := range batch {
@@ -93,9 +90,20 @@ func (l *Limiter) refillAll(batch []*entry) {
 			todo = append(todo, e)
 		}
 	}
+	l.claimAll("refill", todo,
+		func(e *entry) remote.Claim { return l.claimOf(e, 1, l.size(e, 1, now)) },
+		func(e *entry, c remote.Claim, g remote.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
+}
+
+// claimAll claims what claimFor says for each entry of todo, in one
+// pipelined round trip (op), holding their key locks (in order) so that no
+// Reset interleaves, and hands each grant to got.
+func (l *Limiter) claimAll(op string, todo []*entry, claimFor func(*entry) remote.Claim, got func(*entry, remote.Claim, remote.Grant)) {
 	if len(todo) == 0 {
 		return
 	}
+	var ev tierlimit.RedisCall
+	defer l.report(&ev) // after the key locks are released
 	var locks [len(l.keyLocks)]bool
 	for _, e := range todo {
 		locks[l.keyLockIndex(e.key)] = true
@@ -115,13 +123,13 @@ func (l *Limiter) refillAll(batch []*entry) {
 		}
 		live = append(live, e)
 		keys = append(keys, e.key)
-		claims = append(claims, l.claimOf(e, 1, l.size(e, 1, now)))
+		claims = append(claims, claimFor(e))
 	}
 	if len(live) == 0 {
 		return
 	}
 	var grants []remote.Grant
-	ev, _ = l.call("refill", l.cfg.callBudget, func() error {
+	ev, _ = l.call(op, l.cfg.callBudget, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
 		defer cancel()
 		grants = l.bucket.LeaseBatch(ctx, keys, claims)
@@ -134,7 +142,7 @@ func (l *Limiter) refillAll(batch []*entry) {
 	})
 	for i, g := range grants {
 		if g.Err == nil {
-			l.apply(live[i], now, claims[i].Want, g.Granted, g.Result)
+			got(live[i], claims[i], g)
 		}
 	}
 }

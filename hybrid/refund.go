@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -21,7 +22,9 @@ func (l *Limiter) janitor() {
 		case <-l.done:
 			return
 		case <-t.C:
-			_ = l.refundHeld(l.cfg.clock.Now(), false)
+			entries := l.keys.holding()
+			_ = l.refundEntries(l.cfg.clock.Now(), false, entries)
+			l.chargeBack(entries)
 		}
 	}
 }
@@ -73,6 +76,35 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 		}
 	}
 	return l.refund(refunds, all)
+}
+
+// chargeBack debits from Redis what fallback decisions admitted in an
+// outage, once the breaker has closed: a claim of up to that many tokens
+// (at least none), none of which is kept, so that the bucket is charged
+// for them but never goes below empty (G1). What Redis no longer has is
+// forgiven: the bucket's refill during the outage is what the fallback
+// spent.
+func (l *Limiter) chargeBack(entries []*entry) {
+	if l.brk.current() != tierlimit.BreakerClosed {
+		return
+	}
+	var due []*entry
+	for _, e := range entries {
+		if e.owed.Load() > 0 && !e.stale.Load() {
+			due = append(due, e)
+		}
+	}
+	capacity := l.limit.Capacity()
+	l.claimAll("chargeback", due,
+		func(e *entry) remote.Claim { return l.claimOf(e, 0, min(e.owed.Load(), capacity)) },
+		func(e *entry, c remote.Claim, g remote.Grant) {
+			e.owed.Add(-c.Want)
+			l.stats.leased.Add(g.Granted)
+			l.stats.chargedBack.Add(g.Granted)
+			if e.evicted.Load() {
+				l.keys.forget(e)
+			}
+		})
 }
 
 // refund sends refunds in pipelined batches, through the breaker unless

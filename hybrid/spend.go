@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/xrate"
+	"golang.org/x/time/rate"
 )
 
 // lookup returns key's entry (see table.find).
@@ -132,16 +134,54 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 			ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
 		}, 0), nil
 	}
-	fb := l.fallback.Limit()
-	if n > fb.Capacity() {
-		// More than the fallback's burst can never pass it: deny, never
-		// charge a part.
-		return l.record(tierlimit.Result{Limit: fb, RetryAfter: fb.Period, Source: tierlimit.SourceFallback}, 0), nil
-	}
-	res, err := l.fallback.AllowN(ctx, key, n)
-	if err != nil {
-		return tierlimit.Result{}, err
-	}
+	now := l.cfg.clock.Now()
+	e := l.entry(key)
+	fb := l.fallbackOf(e, now)
+	res := xrate.Decide(fb.limit, fb.every, fb.burst, fb.lim, now, n)
 	res.Source = tierlimit.SourceFallback
-	return l.record(res, 0), nil
+	if res.Allowed {
+		e.owed.Add(n)
+		if e.evicted.Load() {
+			l.keys.keep(e) // after the Add: see table.forget
+		}
+	}
+	return l.record(res, e.stripe), nil
+}
+
+// fallback is a key's bucket while the breaker is open (mode FailFallback):
+// x/time/rate at the instance's share of the limit, for one outage.
+type fallback struct {
+	epoch int64 // the breaker's opening it belongs to (breaker.opens)
+	limit tierlimit.Limit
+	every rate.Limit
+	burst int
+	lim   *rate.Limiter
+}
+
+// fallbackOf returns e's bucket for the outage under way, made by the first
+// fallback decision after the breaker opened. It starts from what Redis
+// last said the key had, divided by the live instances: nothing for a key
+// known to be blocked, a full share for a key this instance never claimed
+// (G1: an outage where Redis keeps its state does not hand out a fresh
+// burst).
+func (l *Limiter) fallbackOf(e *entry, now time.Time) *fallback {
+	epoch := l.brk.opens.Load()
+	old := e.fb.Load()
+	if old != nil && old.epoch == epoch {
+		return old
+	}
+	share := *l.share.Load()
+	tokens := share.Capacity()
+	if e.lastClaim.Load() != 0 {
+		tokens = e.remote.Load() / max(1, l.instances.Load())
+		if e.blockedUntil.Load() > now.UnixNano() {
+			tokens = 0
+		}
+	}
+	fb := &fallback{epoch: epoch, limit: share, every: xrate.Every(share), burst: int(share.Capacity()),
+		lim: xrate.NewWith(share, tokens, now)}
+	if e.fb.CompareAndSwap(old, fb) {
+		return fb
+	}
+	return e.fb.Load()
 }

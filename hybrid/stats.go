@@ -27,6 +27,7 @@ type Stats struct {
 	BreakerOpens  int64                  // times it opened
 	Instances     int64                  // live instances of the fleet last seen (1 before the first heartbeat)
 	FallbackLimit tierlimit.Limit        // what each key is held to while Redis is unreachable (mode FailFallback)
+	ChargedBack   int64                  // tokens the fallback admitted and Redis was charged for when it returned (also in Leased and Spent)
 
 	// Eviction is what the Redis server said about evicting keys when
 	// last read: at New, then about once a minute while leases are
@@ -40,6 +41,7 @@ type Stats struct {
 type counters struct {
 	redisCalls, redisErrors atomic.Int64
 	leased, refunded, lost  atomic.Int64
+	chargedBack             atomic.Int64
 }
 
 // Stats returns the counters. The ledger is read without stopping
@@ -66,7 +68,8 @@ func (l *Limiter) Stats() Stats {
 	s.Breaker = l.brk.current()
 	s.BreakerOpens = l.brk.opens.Load()
 	s.Instances = l.instances.Load()
-	s.FallbackLimit = l.fallback.Limit()
+	s.FallbackLimit = *l.share.Load()
+	s.ChargedBack = l.stats.chargedBack.Load()
 	s.Eviction = l.bucket.Eviction()
 	return s
 }

@@ -30,6 +30,8 @@ type entry struct {
 	expires    atomic.Int64                  // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64                  // ns of the last claim
 	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done
+	fb         atomic.Pointer[fallback]      // the key's bucket in the last outage (mode FailFallback)
+	owed       atomic.Int64                  // tokens fallbacks admitted that Redis was not yet charged
 
 	_ [64]byte // keeps the group below off the lines above
 
@@ -161,8 +163,9 @@ func (t *table) keep(e *entry) {
 	t.mu.Unlock()
 }
 
-// holding returns every entry that holds tokens: ristretto's and the
-// dropped ones. Once shut, it returns the dropped ones only.
+// holding returns every entry that holds tokens or owes some to Redis:
+// ristretto's and the dropped ones. Once shut, it returns the dropped ones
+// only.
 func (t *table) holding() []*entry {
 	var out []*entry
 	if t.enter(0) {
@@ -172,11 +175,11 @@ func (t *table) holding() []*entry {
 	return append(out, t.droppedNow()...)
 }
 
-// cached returns ristretto's entries that hold tokens.
+// cached returns ristretto's entries that hold tokens or owe some.
 func (t *table) cached() []*entry {
 	var out []*entry
 	t.cache.IterValues(func(e *entry) bool {
-		if e.tokens.Load() > 0 {
+		if e.tokens.Load() > 0 || e.owed.Load() > 0 {
 			out = append(out, e)
 		}
 		return false
@@ -195,11 +198,12 @@ func (t *table) droppedNow() []*entry {
 }
 
 // forget stops following e if it is a dropped entry that holds no tokens
-// now. A claim that lands tokens in e later keeps it again: it adds them
-// before it calls keep, and forget checks them under mu.
+// and owes none now. A claim that lands tokens in e later, or a fallback
+// decision that makes it owe some, keeps it again: it adds them before it
+// calls keep, and forget checks them under mu.
 func (t *table) forget(e *entry) {
 	t.mu.Lock()
-	if e.tokens.Load() == 0 {
+	if e.tokens.Load() == 0 && e.owed.Load() == 0 {
 		delete(t.dropped, e)
 	}
 	t.mu.Unlock()

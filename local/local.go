@@ -24,6 +24,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/gate"
+	"github.com/tierlimit/tierlimit/internal/xrate"
 	"golang.org/x/time/rate"
 )
 
@@ -149,7 +150,7 @@ func checkLimit(limit tierlimit.Limit) error {
 func newSetting(limit tierlimit.Limit, gen uint64) *setting {
 	return &setting{
 		limit: limit,
-		every: rate.Limit(float64(limit.Rate) / limit.Period.Seconds()),
+		every: xrate.Every(limit),
 		burst: int(limit.Capacity()),
 		gen:   gen,
 	}
@@ -261,22 +262,5 @@ func (l *Limiter) bucket(key string, h uint64, set *setting) *bucket {
 }
 
 func decide(set *setting, b *rate.Limiter, now time.Time, n int64) tierlimit.Result {
-	res := tierlimit.Result{Limit: set.limit, Source: tierlimit.SourceLocal}
-	res.Allowed = n == 0 || b.AllowN(now, int(n))
-	tokens := b.TokensAt(now)
-	res.Remaining = int64(math.Max(0, math.Floor(tokens)))
-	if !res.Allowed {
-		res.RetryAfter = wait(set, float64(n)-tokens)
-	}
-	res.ResetAfter = wait(set, float64(set.burst)-tokens)
-	return res
-}
-
-// wait returns the time to refill tokens, rounded up to the microsecond.
-func wait(set *setting, tokens float64) time.Duration {
-	if tokens <= 0 {
-		return 0
-	}
-	d := time.Duration(math.Ceil(tokens / float64(set.every) * 1e6))
-	return d * time.Microsecond
+	return xrate.Decide(set.limit, set.every, set.burst, b, now, n)
 }
