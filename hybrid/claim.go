@@ -144,13 +144,21 @@ func (l *Limiter) lease(ctx context.Context, key string, n int64) (*entry, error
 // key's lock orders it with Reset: tokens debited before Reset's DEL are
 // erased by it and must not be refunded after it.
 func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
-	var ev tierlimit.RedisCall
+	var ev, debt tierlimit.RedisCall
 	defer l.report(&ev)
+	defer l.report(&debt)
 	mu := l.keyLock(e.key)
 	mu.Lock()
 	defer mu.Unlock()
 	if e.stale.Load() {
 		return nil // the caller finds no tokens and claims into a new entry
+	}
+	if e.owed.Load() > 0 {
+		// What the fallback admitted in an outage is charged before the
+		// key takes anything new (see chargeBack).
+		if err := l.payDebt(ctx, e, &debt); err != nil {
+			return err
+		}
 	}
 	now := l.now()
 	want := l.size(e, lo, now)
@@ -169,6 +177,25 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	}
 	l.apply(e, want, granted, res)
 	return nil
+}
+
+// payDebt charges e's debt to Redis in one call, reported in ev. The caller
+// holds e's key lock.
+func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
+	c := l.debtClaim(e)
+	var granted int64
+	var err error
+	*ev, err = l.call("chargeback", l.cfg.callBudget, func() error {
+		cctx, cancel := l.budget(ctx)
+		defer cancel()
+		var err error
+		granted, _, err = l.bucket.Lease(cctx, e.key, c)
+		return err
+	})
+	if err == nil {
+		l.paid(e, c, granted)
+	}
+	return err
 }
 
 // claimOf returns the claim of between lo and want tokens for e: with a

@@ -538,6 +538,12 @@ func TestFallbackStartsFromTheKeysState(t *testing.T) {
 		allow("probe", 1)
 		return l.Stats().Breaker == tierlimit.BreakerClosed
 	})
+	// The first claim of a key that owes pays first: "used" has nothing
+	// left for new callers.
+	if r, err := l.Allow(e.ctx, "used"); err != nil || r.Allowed {
+		t.Errorf("used, after the outage = %+v, %v; want denied: the fallback spent what Redis held", r, err)
+	}
+	// The janitor charges the keys nobody asked for since.
 	if err := l.refundHeld(e.clock.Now(), true); err != nil {
 		t.Fatal(err)
 	}

@@ -94,17 +94,26 @@ func (l *Limiter) chargeBack(entries []*entry) {
 			due = append(due, e)
 		}
 	}
-	capacity := l.limit.Capacity()
-	l.claimAll("chargeback", due,
-		func(e *entry) remote.Claim { return l.claimOf(e, 0, min(e.owed.Load(), capacity)) },
-		func(e *entry, c remote.Claim, g remote.Grant) {
-			e.owed.Add(-c.Want)
-			l.stats.leased.Add(g.Granted)
-			l.stats.chargedBack.Add(g.Granted)
-			if e.evicted.Load() {
-				l.keys.forget(e)
-			}
-		})
+	l.claimAll("chargeback", due, l.debtClaim,
+		func(e *entry, c remote.Claim, g remote.Grant) { l.paid(e, c, g.Granted) })
+}
+
+// debtClaim is the claim that charges e's debt: up to what it owes, at
+// least nothing. The caller holds e's key lock.
+func (l *Limiter) debtClaim(e *entry) remote.Claim {
+	return l.claimOf(e, 0, min(e.owed.Load(), l.limit.Capacity()))
+}
+
+// paid records that Redis granted granted tokens of debt claim c for e:
+// they are spent, by the fallback decisions that owed them, and the rest of
+// the debt is forgiven (the bucket had no more: see chargeBack).
+func (l *Limiter) paid(e *entry, c remote.Claim, granted int64) {
+	e.owed.Add(-c.Want)
+	l.stats.leased.Add(granted)
+	l.stats.chargedBack.Add(granted)
+	if e.evicted.Load() {
+		l.keys.forget(e)
+	}
 }
 
 // refund sends refunds in pipelined batches, through the breaker unless
