@@ -1,7 +1,6 @@
 package hybrid
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -49,8 +48,8 @@ type entry struct {
 // used (its admission policy). Three things wrap it:
 //   - hot, a direct-mapped front table of recently found entries: a hit is
 //     a hash and an atomic load instead of ristretto's Get
-//     (BenchmarkAllowLease); one hit in touchEvery also reads ristretto, so
-//     that its frequency sketch sees the hot keys;
+//     (BenchmarkAllowLease); about one spend in touchEvery also reads
+//     ristretto (touch), so that its frequency sketch sees the hot keys;
 //   - dropped, the entries ristretto evicted or refused that may still hold
 //     tokens (a claim in flight may land some after the drop): the janitor
 //     refunds them, and forgets each once it holds none;
@@ -74,7 +73,8 @@ type table struct {
 // bounce between cores.
 const maxHotSlots = 1 << 14
 
-// touchEvery: one front-table hit in touchEvery also reads ristretto.
+// touchEvery: a spend that leaves a multiple of touchEvery tokens (and so
+// the last of every lease) also reads ristretto.
 const touchEvery = 64
 
 func newTable(maxKeys int64) (*table, error) {
@@ -111,10 +111,6 @@ func (t *table) exit(h uint64)       { t.gate.Exit(h) }
 func (t *table) find(key string, h uint64) (*entry, bool) {
 	slot := &t.hot[h&uint64(len(t.hot)-1)]
 	if e := slot.Load(); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
-		if rand.Uint32()%touchEvery == 0 && t.enter(h) {
-			t.cache.Get(key)
-			t.exit(h)
-		}
 		return e, true
 	}
 	if !t.enter(h) {
@@ -134,6 +130,17 @@ func (t *table) find(key string, h uint64) (*entry, bool) {
 func (t *table) add(e *entry) {
 	if t.cache.Set(e.key, e, 1) {
 		t.cache.Wait()
+	}
+}
+
+// touch reads key in ristretto, so that its admission policy counts a use
+// of a key the front table answered (spend calls it for about one spend in
+// touchEvery).
+func (t *table) touch(key string) {
+	h := keyHash(key)
+	if t.enter(h) {
+		t.cache.Get(key)
+		t.exit(h)
 	}
 }
 
