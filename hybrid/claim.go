@@ -259,15 +259,17 @@ func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
 }
 
 // blockFor is how long a denied key stays blocked: until the tokens asked
-// for can have accrued, and, when leases are batched, long enough for a full
-// lease to accrue (fewer Redis calls), but never so long that the bucket
-// could fill up and waste refill.
+// for can have accrued, and, when leases are batched, long enough for a
+// full lease to accrue (fewer Redis calls), but no longer than one refill
+// interval beyond that, so that a denied caller is told at most the
+// one-bucket answer plus a refill interval (G2), and never so long that
+// the bucket could fill up and waste refill.
 func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
 	d := res.RetryAfter
 	if l.cfg.maxLease > 1 {
-		batch := time.Duration(l.cfg.maxLease) * l.limit.Every()
-		headroom := time.Duration(l.limit.Capacity()-res.Remaining) * l.limit.Every() / 2
-		d = max(d, min(batch, headroom))
+		batch := l.refillTime(l.cfg.maxLease)
+		headroom := l.refillTime(l.limit.Capacity()-res.Remaining) / 2
+		d = max(d, min(batch, headroom, d+l.cfg.refillInterval))
 	}
 	return d
 }

@@ -6,6 +6,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -59,13 +60,25 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 		return tierlimit.Result{}, false
 	}
 	held := e.tokens.Load()
+	// The wait is for this caller's n tokens: until the block ends, and
+	// at least until what the lease lacks can have accrued in Redis since
+	// it last answered (G2).
+	wait := time.Duration(until - now)
+	if need := n - held - max(0, e.remote.Load()); need > 0 {
+		wait = max(wait, l.refillTime(need)-time.Duration(now-e.lastClaim.Load()))
+	}
 	return tierlimit.Result{
 		Limit:      l.limit,
 		Remaining:  held,
-		RetryAfter: time.Duration(until - now),
+		RetryAfter: wait,
 		ResetAfter: time.Duration(l.limit.Capacity()-held) * l.limit.Every(),
 		Source:     src,
 	}, true
+}
+
+// refillTime is how long one bucket of the limit takes to refill n tokens.
+func (l *Limiter) refillTime(n int64) time.Duration {
+	return time.Duration(math.Ceil(float64(n) * float64(l.limit.Period) / float64(l.limit.Rate)))
 }
 
 // peek answers n == 0: what the lease and Redis hold, charging nothing.
