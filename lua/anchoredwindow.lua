@@ -14,35 +14,6 @@
 local now = now_us()
 local cost = tonumber(ARGV[2])
 
--- One limit: the common call, straight-line; it must agree with the general
--- path below (remote's TestWindowPathsAgree).
-if #KEYS == 1 and #ARGV == 4 then
-  local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local s, c
-  local v = redis.call('GET', KEYS[1])
-  if v then
-    local vs, vc = string.match(v, '^(%d+):(%d+)$')
-    s, c = tonumber(vs), tonumber(vc)
-  end
-  if s == nil or c == nil or now >= s + p or s > now then
-    s, c = now, 0
-  end
-  local left = s + p - now
-  if c + cost > rate then
-    local reset = 0
-    if c > 0 then reset = left end
-    return {0, 0, rate - c, left, reset}
-  end
-  if cost > 0 then
-    c = c + cost
-    put(KEYS[1], string.format('%d:%d', s, c), left)
-  end
-  local reset = 0
-  if c > 0 then reset = left end
-  return {1, cost, rate - c, 0, reset}
-end
-
--- The general path: several limits.
 local n = #KEYS
 local start, cnt, p, rate = {}, {}, {}, {}
 local allowed = 1

@@ -14,33 +14,6 @@
 local now = now_us()
 local cost = tonumber(ARGV[2])
 
--- One limit: the common call, straight-line; it must agree with the general
--- path below (remote's TestWindowPathsAgree).
-if #KEYS == 1 and #ARGV == 4 then
-  local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local w = idiv(now, p)
-  local wend = (w + 1) * p - now
-  local c = 0
-  local v = redis.call('GET', KEYS[1])
-  if v then
-    local sw, sc = string.match(v, '^(%d+):(%d+)$')
-    if tonumber(sw) == w then c = tonumber(sc) end
-  end
-  if c + cost > rate then
-    local reset = 0
-    if c > 0 then reset = wend end
-    return {0, 0, rate - c, wend, reset}
-  end
-  if cost > 0 then
-    c = c + cost
-    put(KEYS[1], string.format('%d:%d', w, c), wend)
-  end
-  local reset = 0
-  if c > 0 then reset = wend end
-  return {1, cost, rate - c, 0, reset}
-end
-
--- The general path: several limits.
 local n = #KEYS
 local cnt, p, rate, wend = {}, {}, {}, {}
 local allowed = 1

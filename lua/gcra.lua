@@ -15,23 +15,6 @@
 local now = now_us()
 local cost = tonumber(ARGV[2])
 
--- One limit: the common call, straight-line; it must agree with the general
--- path below (remote's TestWindowPathsAgree).
-if #KEYS == 1 and #ARGV == 4 then
-  local t, tau = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local v = tonumber(redis.call('GET', KEYS[1]))
-  if v == nil or v < now then v = now end
-  local next = v + cost * t
-  if next - now > tau then
-    return {0, 0, idiv(now + tau - v, t), next - now - tau, v - now}
-  end
-  if cost > 0 then
-    put(KEYS[1], str(next), next - now)
-  end
-  return {1, cost, idiv(now + tau - next, t), 0, next - now}
-end
-
--- The general path: several limits.
 local n = #KEYS
 local tat, t, tau = {}, {}, {}
 local allowed = 1

@@ -49,17 +49,43 @@ local function put(key, value, us)
   redis.call('SET', key, value, 'PX', ttl_ms(us))
 end
 
--- fields splits a state string "a", "a:b" or "a:b:c" into numbers (nil
--- for those absent), or returns nil for an absent key. One match: cheaper
--- than an iterator.
-local function fields(v)
-  if not v then return nil end
-  local a, b, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
-  return {tonumber(a), tonumber(b), tonumber(c)}
-end
-
 -- expire_us gives key a TTL of at least us microseconds.
 local function expire_us(key, us)
   redis.call('PEXPIRE', key, ttl_ms(us))
 end
 
+-- once reports whether the refund whose marker is key (nil: none) is to be
+-- applied: only if the marker did not exist; it then exists for 30 s.
+-- go-redis resends a command whose connection broke, and a refund that ran
+-- before the break must not run twice: that would mint tokens.
+local function once(key)
+  return not key or redis.call('SET', key, '1', 'NX', 'PX', 30000) ~= false
+end
+
+-- bucket_get returns the level s (units) and time ts (µs of the last write)
+-- of the token bucket at key, stored as "s:ts", or nil when the key is
+-- absent (tokenbucket.lua and ledger.lua say what that means).
+local function bucket_get(key)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local s, ts = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(s), tonumber(ts)
+end
+
+-- fill returns level s after e µs of refill at per units a µs, up to ceil
+-- (a level already above ceil stays; e <= 0 adds nothing). s + e × per
+-- passes 2^53 only when far above ceil, which min then returns exactly.
+local function fill(s, e, per, ceil)
+  if e <= 0 then return s end
+  return math.min(math.max(ceil, s), s + e * per)
+end
+
+-- bucket_put stores level s at time ts in the bucket at key with a TTL of
+-- at least us µs, or deletes the key when s is cap: an absent key is full.
+local function bucket_put(key, s, ts, cap, us)
+  if s >= cap then
+    redis.call('DEL', key)
+  else
+    put(key, string.format('%d:%d', s, ts), us)
+  end
+end

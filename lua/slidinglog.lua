@@ -98,8 +98,7 @@ local function add(zs, s, q, f, fc, u)
 end
 
 -- store writes the state of the log zs to hs, first extending zs's TTL to
--- two periods past its newest entry if less than one is left, and returns
--- the sorted set's new expiry.
+-- two periods past its newest entry if less than one is left.
 local function store(zs, hs, p, s, q, l, f, fc, z, u)
   if z < l + p then
     z = l + 2 * p
@@ -107,7 +106,6 @@ local function store(zs, hs, p, s, q, l, f, fc, z, u)
   end
   if s == 0 then u = 1 end
   put(hs, string.format('%d:%d:%d:%d:%d:%d:%d', s, q, l, f or 0, fc or 0, z, u), z - now + stateMargin)
-  return z
 end
 
 -- wait returns the time until enough of zs's oldest entries leave a window
@@ -126,55 +124,10 @@ local function wait(zs, need, p)
   return 0
 end
 
--- One limit: the common call, straight-line (no tables), which must agree
--- with the general path below (remote's TestSlidingLogPathsAgree).
-if #KEYS == 2 then
-  local zs, hs = KEYS[1], KEYS[2]
-  local p, rate = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local s, q, l, f, fc, z, u = parse(redis.call('GET', hs))
-  local dirty = false
-  if s > 0 and l + p <= now then
-    redis.call('DEL', zs, hs)
-    s, q, f, fc, z, u = 0, 0, 0, 0, 0, 1
-  elseif s > 0 and u == 1 and (f == nil or f + p <= now) then
-    s, f, fc, dirty = drop(zs, s, f, fc, p)
-  elseif s > 0 and (f == nil or f + p <= now) then
-    s, f, fc = scan(zs, s, p)
-    dirty = true
-  elseif s == 0 then
-    f, fc, u = 0, 0, 1
-  end
-  local allowed = 1
-  if s + cost > rate then allowed = 0 end
-  if allowed == 1 and cost > 0 then
-    s, q, l, f, fc, u = add(zs, s, q, f, fc, u)
-    store(zs, hs, p, s, q, l, f, fc, z, u)
-  elseif dirty then
-    store(zs, hs, p, s, q, l, f, fc, z, u)
-  end
-  local retry = 0
-  if allowed == 0 then
-    local need = s + cost - rate
-    if f and fc >= need then
-      retry = f + p - now -- usually the oldest entry's leaving makes room
-    else
-      retry = wait(zs, need, p)
-    end
-  end
-  local reset = 0
-  if s > 0 then reset = l + p - now end
-  return {allowed, allowed * cost, rate - s, retry, reset}
-end
-
 local n = #KEYS / 2
 local sum, seq, last, first, fcost, zexp, unit, p, rate = {}, {}, {}, {}, {}, {}, {}, {}, {}
-local dirty = {} -- limit i dropped entries: its state must be saved
+local dirty = {} -- limit i's state must be saved
 local allowed = 1
-
--- save writes limit i's state.
-local function save(i)
-  zexp[i] = store(KEYS[2 * i - 1], KEYS[2 * i], p[i], sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i])
-end
 
 for i = 1, n do
   local a = 2 + (i - 1) * 2
@@ -205,9 +158,10 @@ for i = 1, n do
   local retry = 0
   if allowed == 1 and cost > 0 then
     sum[i], seq[i], last[i], first[i], fcost[i], unit[i] = add(zs, sum[i], seq[i], first[i], fcost[i], unit[i])
-    save(i)
-  elseif dirty[i] then
-    save(i)
+    dirty[i] = true
+  end
+  if dirty[i] then
+    store(zs, KEYS[2 * i], p[i], sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i])
   end
   if allowed == 0 and sum[i] + cost > rate[i] then
     local need = sum[i] + cost - rate[i]

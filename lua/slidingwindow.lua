@@ -21,68 +21,6 @@
 local now = now_us()
 local cost = tonumber(ARGV[2])
 
--- One limit: the common call, straight-line; it must agree with the general
--- path below (remote's TestWindowPathsAgree).
-if #KEYS == 1 and #ARGV == 5 then
-  local p, rate, q = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  local w = idiv(now, p)
-  local sw, c, pc = nil, 0, 0
-  local v = redis.call('GET', KEYS[1])
-  if v then
-    local vw, vc, vp = string.match(v, '^(%d+):(%d+):(%d+)$')
-    sw, c, pc = tonumber(vw), tonumber(vc), tonumber(vp)
-  end
-  if sw == w - 1 then
-    pc, c = c, 0
-  elseif sw ~= w then
-    c, pc = 0, 0
-  end
-  local m = idiv(p, q)
-  local est = math.min(pc, cdiv(pc * cdiv(p - (now - w * p), q), m)) + c
-  local wstart = w * p
-  if est + cost > rate then
-    -- When the previous window's weight has fallen enough (k grains of
-    -- this window gone), or else this window's in the next one, or else
-    -- the window after.
-    local retry
-    local room = rate - cost - c
-    if room >= 0 and pc == 0 then
-      retry = math.max(0, wstart - now)
-    elseif room >= 0 and idiv(room * m, pc) > 0 then
-      retry = math.max(0, wstart + math.max(0, p - idiv(room * m, pc) * q) - now)
-    else
-      room = rate - cost
-      if room >= 0 and c == 0 then
-        retry = math.max(0, wstart + p - now)
-      elseif room >= 0 and idiv(room * m, c) > 0 then
-        retry = math.max(0, wstart + p + math.max(0, p - idiv(room * m, c) * q) - now)
-      else
-        retry = wstart + 2 * p - now
-      end
-    end
-    local reset = 0
-    if c > 0 then
-      reset = wstart + 2 * p - now
-    elseif pc > 0 then
-      reset = wstart + p - now
-    end
-    return {0, 0, rate - est, retry, reset}
-  end
-  local reset = 0
-  if cost > 0 then
-    c = c + cost
-    est = est + cost
-    put(KEYS[1], string.format('%d:%d:%d', w, c, pc), wstart + 2 * p - now)
-  end
-  if c > 0 then
-    reset = wstart + 2 * p - now
-  elseif pc > 0 then
-    reset = wstart + p - now
-  end
-  return {1, cost, rate - est, 0, reset}
-end
-
--- The general path: several limits.
 local n = #KEYS
 local cur, prev, w, p, rate, q, est = {}, {}, {}, {}, {}, {}, {}
 local allowed = 1
