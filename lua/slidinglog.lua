@@ -17,8 +17,7 @@
 --            subtract their costs, and the oldest left is learnt. The sorted
 --            set's TTL runs to two periods past its newest entry and is
 --            extended only when less than one is left: most calls make no
---            PEXPIRE. (States with fewer fields, written before, are read:
---            the oldest entry is then looked up, the TTL set, and costs read.)
+--            PEXPIRE.
 -- ARGV[1]    client clock in µs, or 0 for TIME
 -- ARGV[2]    n: cost (0 peeks)
 -- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per period)
@@ -41,13 +40,13 @@ local cost = tonumber(ARGV[2])
 local stateMargin = 3000
 
 -- parse returns the fields of a state string v (nil: an empty log):
--- sum, seq, last, first (nil when not recorded), fcost, zexp, unit.
+-- sum, seq, last, first (nil when not known), fcost, zexp, unit.
 local function parse(v)
   if not v then return 0, 0, 0, 0, 0, 0, 1 end
-  local a1, a2, a3, a4, a5, a6, a7 = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*):?(%d*):?(%d*)$')
+  local a1, a2, a3, a4, a5, a6, a7 = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
   local s, f = tonumber(a1), tonumber(a4)
   if f == 0 and s > 0 then f = nil end
-  return s, tonumber(a2), tonumber(a3), f, tonumber(a5), tonumber(a6) or 0, tonumber(a7) or 0
+  return s, tonumber(a2), tonumber(a3), f, tonumber(a5), tonumber(a6), tonumber(a7)
 end
 
 -- scan drops the entries of zs that left a window of p, reading them from

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -164,60 +163,5 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 				t.Errorf("step %d at %v: TTL %v, want at least %v", i, s.at.Sub(t0), ttl, s.ttl)
 			}
 		}
-	}
-}
-
-// TestSlidingLogReadsOldState: a log whose state string predates the
-// cached oldest entry ("sum:seq:last"), the sorted set's expiry
-// ("sum:seq:last:first:fcost") or the unit flag (six fields) decides
-// exactly as one written now.
-func TestSlidingLogReadsOldState(t *testing.T) {
-	for _, fields := range []int{3, 5, 6} {
-		t.Run(fmt.Sprint(fields, " fields"), func(t *testing.T) { testSlidingLogReadsOldState(t, fields) })
-	}
-}
-
-func testSlidingLogReadsOldState(t *testing.T, fields int) {
-	b := miniBackend(t)
-	ctx := context.Background()
-	clock := time.Unix(1_700_000_000, 0)
-	b.set(clock)
-	sl, err := NewSlidingLog(b.rdb, tierlimit.Limit{Rate: 5, Period: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 3; i++ {
-		for _, k := range []string{"old", "new"} {
-			if _, err := sl.AllowN(ctx, k, 1); err != nil {
-				t.Fatal(err)
-			}
-		}
-		clock = clock.Add(100 * time.Millisecond)
-		b.set(clock)
-	}
-	// Rewrite "old"'s state the way the previous script stored it.
-	hs := sl.redisKeys("old")[1]
-	v, err := b.rdb.Get(ctx, hs).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Split(v, ":")
-	if len(f) != 7 {
-		t.Fatalf("state %q: want 7 fields", v)
-	}
-	if err := b.rdb.Set(ctx, hs, strings.Join(f[:fields], ":"), time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for step := 0; step < 12; step++ {
-		got, err1 := sl.AllowN(ctx, "old", 2)
-		want, err2 := sl.AllowN(ctx, "new", 2)
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		if got != want {
-			t.Fatalf("step %d: old state %+v, new state %+v", step, got, want)
-		}
-		clock = clock.Add(150 * time.Millisecond)
-		b.set(clock)
 	}
 }
