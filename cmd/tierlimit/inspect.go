@@ -25,7 +25,13 @@ hash tag, which walks the whole keyspace in batches: it never blocks Redis,
 but takes a while on a large one. With -rate (and -period, -burst as the
 limiter was built), it also tells which keys were written under that limit
 and how many tokens or events they have left now. Times are the Redis
-server's. A single Redis only, not a Cluster.
+server's.
+
+A Redis Cluster works too: give any node's URL (a node whose INFO says
+cluster_enabled:1 is read as the Cluster's seed), or several seeds as in
+redis://host1:port1?addr=host2:port2&addr=host3:port3. All of KEY's Redis
+keys share one hash tag, so one slot: inspect SCANs the master that owns
+it.
 `
 
 // inspectConfig is inspect's command line.
@@ -42,7 +48,7 @@ const scanBatch = 1000
 func parseInspect(args []string, stdout io.Writer) (inspectConfig, error) {
 	c := inspectConfig{}
 	fs := newFlags("inspect")
-	fs.StringVar(&c.url, "redis", "redis://127.0.0.1:6379/0", "Redis `URL`")
+	fs.StringVar(&c.url, "redis", "redis://127.0.0.1:6379/0", "Redis `URL`: a server, any node of a Cluster, or Cluster seeds as redis://host:port?addr=host2:port2")
 	fs.StringVar(&c.prefix, "prefix", remote.DefaultPrefix, "key prefix the limiters were built with")
 	rate := fs.Int64("rate", 0, "limit the key was limited with: events per period (0: unknown, decode raw state only)")
 	period := fs.Duration("period", time.Second, "limit: the period (with -rate)")
@@ -83,36 +89,28 @@ func inspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	base, err := parseRedisURL(c.url)
-	if err != nil {
-		return err
-	}
-	quietRedis()
-	srv := &server{base: base, name: fmt.Sprintf("redis://%s/%d", base.Addr, base.DB)}
-	if err := srv.ping(ctx); err != nil {
-		return err
-	}
-	o := *base
-	o.DialTimeout, o.ReadTimeout, o.MaxRetries = time.Second, 5*time.Second, 1
-	rdb := redis.NewClient(&o)
-	defer rdb.Close()
-	keys, err := findKeys(ctx, rdb, c.prefix, c.key)
-	if err != nil {
-		return err
-	}
 	tag, _ := tagOf(c.prefix, c.key)
+	tgt, err := openTarget(ctx, c.url, tag)
+	if err != nil {
+		return err
+	}
+	defer tgt.close()
+	keys, err := findKeys(ctx, tgt.node, c.prefix, c.key)
+	if err != nil {
+		return err
+	}
 	if len(keys) == 0 {
 		fmt.Fprintf(stdout, "%q: no keys under prefix %q with tag {%s} on %s: never limited, or its state expired (an absent key is a full bucket, an empty window).\n",
-			c.key, c.prefix, tag, srv.name)
+			c.key, c.prefix, tag, tgt.name)
 		return nil
 	}
-	now, err := rdb.Time(ctx).Result()
+	now, err := tgt.node.Time(ctx).Result()
 	if err != nil {
 		return fmt.Errorf("redis TIME: %w", err)
 	}
-	fmt.Fprintf(stdout, "%q: %d key(s) under prefix %q with tag {%s} on %s\n", c.key, len(keys), c.prefix, tag, srv.name)
+	fmt.Fprintf(stdout, "%q: %d key(s) under prefix %q with tag {%s} on %s\n", c.key, len(keys), c.prefix, tag, tgt.name)
 	for _, k := range keys {
-		st, err := readKey(ctx, rdb, k, now.UnixMicro())
+		st, err := readKey(ctx, tgt.node, k, now.UnixMicro())
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -152,5 +153,90 @@ func TestParseKeyName(t *testing.T) {
 	}
 	if got := globEscape(`a*b?[c]\`); got != `a\*b\?\[c\]\\` {
 		t.Errorf("globEscape = %q", got)
+	}
+}
+
+// TestInspectCluster inspects a key a remote limiter wrote on a 3-master
+// Cluster, through every way of naming the Cluster: its seeds, the node
+// that owns the key's slot, and a node that does not.
+func TestInspectCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	cc := c.Client(t)
+	ctx := context.Background()
+	const key = "user:42"
+	// A day's period: what is left does not refill between the calls and
+	// inspect's reading.
+	limit := tierlimit.Limit{Rate: 10, Period: 24 * time.Hour}
+	tb, err := remote.NewTokenBucket(cc, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if r, err := tb.Allow(ctx, key); err != nil || !r.Allowed {
+			t.Fatalf("Allow #%d = %+v, %v; want allowed", i+1, r, err)
+		}
+	}
+	names, err := keysOf(algorithms[0], limit, remote.DefaultPrefix, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateKey := names[0]
+	owner, err := cc.MasterForKey(ctx, stateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownerAddr := owner.Options().Addr
+	other := c.Addrs[0]
+	if other == ownerAddr {
+		other = c.Addrs[1]
+	}
+
+	for _, tc := range []struct{ name, url string }{
+		{"seeds", "redis://" + c.Addrs[0] + "?addr=" + c.Addrs[1] + "&addr=" + c.Addrs[2]},
+		{"owner", "redis://" + ownerAddr + "/0"},
+		{"other node", "redis://" + other},
+	} {
+		args := []string{"inspect", "-redis", tc.url, "-rate", "10", "-period", "24h", key}
+		code, stdout, stderr := runCmd(t, args...)
+		if code != exitOK || stderr != "" {
+			t.Fatalf("%s: run(%q) = %d, stderr %q", tc.name, args, code, stderr)
+		}
+		for _, want := range []string{
+			strconv.Quote(key) + `: 1 key\(s\) under prefix "tierlimit:" with tag \{\w+\} on ` + regexp.QuoteMeta(ownerAddr) +
+				`, the Redis Cluster master of slot \d+\n`,
+			`\n` + regexp.QuoteMeta(strconv.Quote(stateKey)) + `\n`,
+			`algorithm  tb: token bucket`,
+			`config     \w+: written under the limit 10/24h0m0s`,
+			`now        7\.00 of 10 tokens, refilled since`,
+		} {
+			if !regexp.MustCompile(want).MatchString(stdout) {
+				t.Errorf("%s: inspect output lacks %q:\n%s", tc.name, want, stdout)
+			}
+		}
+	}
+
+	// A Cluster has database 0 only.
+	args := []string{"inspect", "-redis", "redis://" + other + "/3", key}
+	code, _, stderr := runCmd(t, args...)
+	if want := "a Cluster has database 0 only"; code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("run(%q) = %d, stderr %q; want %d and %q", args, code, stderr, exitUsage, want)
+	}
+}
+
+func TestInspectBadClusterURL(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"redis://127.0.0.1:7000/2?addr=127.0.0.1:7001", "a Redis Cluster has database 0 only"},
+		{"redis://127.0.0.1:7000?addr=nohost", "unable to parse addr param"},
+		{"redis://127.0.0.1:7000?addr=127.0.0.1:7001&db=1", "unexpected option: db"},
+	} {
+		args := []string{"inspect", "-redis", tc.url, "k"}
+		code, stdout, stderr := runCmd(t, args...)
+		if code != exitUsage || stdout != "" {
+			t.Errorf("run(%q) = %d, stdout %q; want %d and nothing", args, code, stdout, exitUsage)
+		}
+		oneErrorLine(t, args, stderr, "tierlimit inspect: ")
+		if !strings.Contains(stderr, tc.want) {
+			t.Errorf("run(%q): stderr = %q, want it to contain %q", args, stderr, tc.want)
+		}
 	}
 }
