@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -25,13 +26,14 @@ hash tag, which walks the whole keyspace in batches: it never blocks Redis,
 but takes a while on a large one. With -rate (and -period, -burst as the
 limiter was built), it also tells which keys were written under that limit
 and how many tokens or events they have left now. Times are the Redis
-server's.
+server's. It also prints one line on whether Redis may evict the limiters'
+keys (from INFO; unknown when INFO is refused).
 
 A Redis Cluster works too: give any node's URL (a node whose INFO says
 cluster_enabled:1 is read as the Cluster's seed), or several seeds as in
 redis://host1:port1?addr=host2:port2&addr=host3:port3. All of KEY's Redis
 keys share one hash tag, so one slot: inspect SCANs the master that owns
-it.
+it, and reads the eviction settings of every master.
 `
 
 // inspectConfig is inspect's command line.
@@ -99,9 +101,18 @@ func inspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
+	risk, err := evict.Read(ctx, tgt.all)
+	if err != nil {
+		risk = tierlimit.EvictionRisk{Err: err} // unknown: the key's state is still worth showing
+	}
 	if len(keys) == 0 {
-		fmt.Fprintf(stdout, "%q: no keys under prefix %q with tag {%s} on %s: never limited, or its state expired (an absent key is a full bucket, an empty window).\n",
-			c.key, c.prefix, tag, tgt.name)
+		gone := "expired"
+		if risk.Risky() {
+			gone = "expired or was evicted"
+		}
+		fmt.Fprintf(stdout, "%q: no keys under prefix %q with tag {%s} on %s: never limited, or its state %s (an absent key is a full bucket, an empty window).\n",
+			c.key, c.prefix, tag, tgt.name, gone)
+		printRisk(stdout, tgt, risk)
 		return nil
 	}
 	now, err := tgt.node.Time(ctx).Result()
@@ -109,6 +120,7 @@ func inspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return fmt.Errorf("redis TIME: %w", err)
 	}
 	fmt.Fprintf(stdout, "%q: %d key(s) under prefix %q with tag {%s} on %s\n", c.key, len(keys), c.prefix, tag, tgt.name)
+	printRisk(stdout, tgt, risk)
 	for _, k := range keys {
 		st, err := readKey(ctx, tgt.node, k, now.UnixMicro())
 		if err != nil {
@@ -118,6 +130,11 @@ func inspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		st.print(stdout, c)
 	}
 	return nil
+}
+
+// printRisk prints the one line on whether the server(s) may evict our keys.
+func printRisk(w io.Writer, tgt *target, risk tierlimit.EvictionRisk) {
+	fmt.Fprintf(w, "Eviction, read from %s: %s\n", tgt.servers(), risk)
 }
 
 // findKeys returns the keys of ours for key, sorted.

@@ -112,6 +112,9 @@ func TestInspect(t *testing.T) {
 	if n := strings.Count(stdout, "written under the limit 10/1s"); n != 8 {
 		t.Errorf("%d keys written under 10/1s, want 8:\n%s", n, stdout)
 	}
+	if want := "\nEviction, read from the server: no eviction: the server reports no eviction policy\n\n"; !strings.Contains(stdout, want) {
+		t.Errorf("inspect output lacks %q after its first line:\n%s", want, stdout)
+	}
 	if strings.Contains(stdout, "user:{42}:y") || strings.Contains(stdout, "elsewhere:") || strings.Contains(stdout, "NONE") {
 		t.Errorf("inspect shows another key, another prefix's, or a key without TTL:\n%s", stdout)
 	}
@@ -208,11 +211,27 @@ func TestInspectCluster(t *testing.T) {
 			`algorithm  tb: token bucket`,
 			`config     \w+: written under the limit 10/24h0m0s`,
 			`now        7\.00 of 10 tokens, refilled since`,
+			`Eviction, read from every master of the Cluster: no eviction: no maxmemory\n`,
 		} {
 			if !regexp.MustCompile(want).MatchString(stdout) {
 				t.Errorf("%s: inspect output lacks %q:\n%s", tc.name, want, stdout)
 			}
 		}
+	}
+
+	// A master that does not hold the key may still evict others' keys:
+	// inspect reads every master.
+	rdb := redis.NewClient(&redis.Options{Addr: other})
+	defer rdb.Close()
+	for _, kv := range [][2]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "allkeys-lru"}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, stdout, _ := runCmd(t, "inspect", "-redis", "redis://"+ownerAddr, key)
+	want := "Eviction, read from every master of the Cluster: redis may evict limiter keys: maxmemory 67108864 bytes with policy allkeys-lru"
+	if !strings.Contains(stdout, want) {
+		t.Errorf("inspect after CONFIG SET maxmemory on %s: output lacks %q:\n%s", other, want, stdout)
 	}
 
 	// A Cluster has database 0 only.
@@ -238,5 +257,37 @@ func TestInspectBadClusterURL(t *testing.T) {
 		if !strings.Contains(stderr, tc.want) {
 			t.Errorf("run(%q): stderr = %q, want it to contain %q", args, stderr, tc.want)
 		}
+	}
+}
+
+// TestInspectEviction checks inspect's line on eviction against real
+// servers: one that may evict, one that may not, one that refuses INFO.
+func TestInspectEviction(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string // redis-server's
+		want string   // the line
+		gone string   // why no key is found
+	}{
+		{"plain", nil,
+			"Eviction, read from the server: no eviction: no maxmemory\n", "or its state expired ("},
+		{"allkeys-lru", []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"},
+			"Eviction, read from the server: redis may evict limiter keys: maxmemory 67108864 bytes with policy allkeys-lru (0 keys evicted so far)",
+			"or its state expired or was evicted ("},
+		{"INFO refused", []string{"--rename-command", "INFO", ""},
+			"Eviction, read from the server: eviction risk unknown: INFO refused: ERR unknown command",
+			"or its state expired ("},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, tc.args...)
+			args := []string{"inspect", "-redis", "redis://" + srv.Addr + "/0", "nobody"}
+			code, stdout, stderr := runCmd(t, args...)
+			if code != exitOK || stderr != "" {
+				t.Fatalf("run(%q) = %d, stderr %q", args, code, stderr)
+			}
+			if !strings.Contains(stdout, tc.want) || !strings.Contains(stdout, tc.gone) {
+				t.Errorf("run(%q):\n%s\nwant %q and %q", args, stdout, tc.want, tc.gone)
+			}
+		})
 	}
 }

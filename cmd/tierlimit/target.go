@@ -16,9 +16,10 @@ import (
 // user key carries the same hash tag, so all of them live in one slot, on
 // one master, and SCAN finds them on that master alone.
 type target struct {
-	all  redis.UniversalClient // every server
-	node *redis.Client         // the server holding the key's slot; owned by all
-	name string                // what to print: never the credentials
+	all     redis.UniversalClient // every server: the eviction risk is read from each master
+	node    *redis.Client         // the server holding the key's slot; owned by all
+	name    string                // what to print: never the credentials
+	cluster bool
 }
 
 // Timeouts of inspect's clients: an operator at a terminal can wait a
@@ -131,7 +132,15 @@ func openCluster(ctx context.Context, o *redis.ClusterOptions, tag string) (*tar
 		return nil, fmt.Errorf("redis CLUSTER KEYSLOT on %s: %w", node.Options().Addr, err)
 	}
 	name := fmt.Sprintf("%s, the Redis Cluster master of slot %d", node.Options().Addr, slot)
-	return &target{all: cc, node: node, name: name}, nil
+	return &target{all: cc, node: node, name: name, cluster: true}, nil
+}
+
+// servers names what the eviction risk was read from.
+func (t *target) servers() string {
+	if t.cluster {
+		return "every master of the Cluster"
+	}
+	return "the server"
 }
 
 // close closes the clients.
