@@ -61,7 +61,11 @@
 //
 // The state KEY has in Redis: every key of ours for it (found with SCAN by
 // its hash tag), the algorithm, the value decoded, and the TTL; with the
-// limit given, what is left now.
+// limit given, what is left now; and one line on whether Redis may evict
+// the limiters' keys. -redis may name one server, any node of a Redis
+// Cluster, or a Cluster's seeds (redis://host:port?addr=host2:port2): on a
+// Cluster, inspect reads the master that owns KEY's slot, and the eviction
+// settings of every master.
 //
 // # Exit status
 //
