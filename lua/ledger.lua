@@ -3,14 +3,15 @@
 -- The bucket refills only up to capacity minus what the ledger holds, so
 -- that the level plus the tokens held never exceed the capacity: a fleet
 -- then admits, over any interval T, at most capacity + rate·T, as one bucket
--- would, whatever it held when the interval began.
+-- would, whatever it held when the interval began. The bucket's state,
+-- refill and write are lib.lua's (bucket_get, fill, bucket_put).
 --
 -- KEYS[1]  string "s:ts": s = level in units, ts = µs of the last write. An
 --          absent key is a bucket full up to what the ledger leaves.
 -- KEYS[2]  hash holder -> "held:gen:deadline": tokens the holder may still
 --          spend (an upper bound), the number of its last claim, and the µs
 --          after which it spends none of them (it promises to stop before).
--- KEYS[3]  optional: the marker of an idempotent refund (tokenbucket.lua).
+-- KEYS[3]  optional: the marker of an idempotent refund (once in lib.lua).
 -- ARGV[1]  client clock in µs, or 0 for TIME
 -- ARGV[2]  min: tokens required; fewer available denies and grants nothing
 -- ARGV[3]  want: tokens to take at most (>= min)
@@ -27,18 +28,25 @@
 -- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
 -- reset_us}; remaining is the level, what a claim could take now.
 --
+-- A server clock behind ts (it stepped back): the call is decided at ts, as
+-- tokenbucket.lua decides, deadlines included; waits and TTLs are counted
+-- from the server's clock.
+--
 -- Invariants, with O the tokens the ledger holds: s + O × unit <= cap after
 -- every call; the level rises by at most per µs of elapsed time, whatever
 -- the ledger does (a holder's deadline passing raises the ceiling, not the
 -- level); a denied call grants nothing; every key has a TTL, and the state
 -- lives until the bucket is full after the ledger's last deadline.
-local now = now_us()
+local clock = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local unit, per, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local hold, gen, held, holder = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
-if refund > 0 and KEYS[3] and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', 30000) then
+if refund > 0 and not once(KEYS[3]) then
   refund = 0 -- this refund ran already
 end
+local s, ts = bucket_get(KEYS[1])
+local now = clock
+if ts and ts > now then now = ts end
 
 -- The ledger: live entries, and those past their deadline in time order.
 local total, maxd = 0, 0 -- tokens of every entry; latest live deadline
@@ -59,27 +67,20 @@ for i = 1, #raw, 2 do
 end
 
 -- Refill up to now, the ceiling rising at each deadline passed.
-local s, ts
-local v = redis.call('GET', KEYS[1])
-if v then
-  local x, y = string.match(v, '^(%d+):(%d+)$')
-  s, ts = tonumber(x), tonumber(y)
-  if ts > now then now = ts end -- a server clock that stepped back must not refill twice
-  if s > cap - total * unit then s = math.max(cap - total * unit, 0) end
-else
+if not s then
   s, ts = math.max(cap - total * unit, 0), now
+elseif s > cap - total * unit then
+  s = math.max(cap - total * unit, 0)
 end
 if #dead > 1 then table.sort(dead, function(a, b) return a[1] < b[1] end) end
 for _, x in ipairs(dead) do
   if x[1] > ts then
-    s = math.min(math.max(cap - total * unit, s), s + (x[1] - ts) * per)
+    s = fill(s, x[1] - ts, per, cap - total * unit)
     ts = x[1]
   end
   total = total - x[2]
 end
-if now > ts then
-  s = math.min(math.max(cap - total * unit, s), s + (now - ts) * per)
-end
+s = fill(s, now - ts, per, cap - total * unit)
 local dirty = #gone > 0
 if dirty then redis.call('HDEL', KEYS[2], unpack(gone)) end
 
@@ -119,19 +120,16 @@ if holder ~= '' and held >= 0 and (grant > 0 or mine) then
 end
 if grant > 0 then dirty = true end
 
-local reset = cdiv(cap - s, per)
+local lag = now - clock
+local reset = lag + cdiv(cap - s, per)
 if dirty then
-  if total > 0 then expire_us(KEYS[2], maxd - now) end
+  if total > 0 then expire_us(KEYS[2], maxd - clock) end
   -- The level only rises until a grant rewrites the state: full by the
   -- last deadline plus reset, when the absent key means a full bucket.
   local life = reset
   if total > 0 then life = maxd - now + reset end
-  if s >= cap then
-    redis.call('DEL', KEYS[1])
-  else
-    put(KEYS[1], string.format('%d:%d', s, now), life)
-  end
+  bucket_put(KEYS[1], s, now, cap, life)
 end
 local retry = 0
-if allowed == 0 then retry = cdiv(min * unit - s, per) end
+if allowed == 0 then retry = lag + cdiv(min * unit - s, per) end
 return {allowed, grant, idiv(s, unit), retry, reset}
