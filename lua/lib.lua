@@ -1,4 +1,4 @@
--- lib.lua: helpers prepended to every script of this package (see lua.go).
+-- lib.lua: helpers prepended to every script of this package (lua.go).
 --
 -- Redis Lua numbers are float64: every value the scripts compute stays an
 -- integer below 2^53 (tierlimit.Limit.Validate rejects limits that could not),

@@ -11,7 +11,6 @@ package lua
 
 import (
 	"embed"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,10 +34,9 @@ var (
 )
 
 // Source returns the full text of the script in file name as it is sent
-// to Redis: the helpers of lib.lua that it uses (directly or through another
-// helper), then the file. Redis runs the whole text on every call, and each
-// helper is a closure made anew each time: leaving out the unused ones
-// saves about a microsecond of server time per call.
+// to Redis: lib.lua, then the file. Redis defines every helper anew on each
+// call, those a script leaves unused included; they cost too little to be
+// worth leaving out (bench/RESULTS.md, "One path per script").
 func Source(name string) (string, error) {
 	lib, err := files.ReadFile("lib.lua")
 	if err != nil {
@@ -48,72 +46,7 @@ func Source(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(helpers(string(lib), string(body))) + string(body), nil
-}
-
-// helper is one function of lib.lua: its name and its text, comments
-// included.
-type helper struct {
-	name, text string
-}
-
-// splitLib cuts lib.lua into its helpers, in order: the paragraphs that
-// define a function, each with its comment (the file's header is dropped).
-func splitLib(lib string) []helper {
-	var hs []helper
-	for _, c := range strings.Split(lib, "\n\n") {
-		if _, after, ok := strings.Cut(c, "local function "); ok {
-			name, _, _ := strings.Cut(after, "(")
-			hs = append(hs, helper{name: name, text: c + "\n\n"})
-		}
-	}
-	return hs
-}
-
-// helpers returns the helpers of lib that body uses, in lib's order (which
-// defines each helper before the helpers that call it).
-func helpers(lib, body string) []byte {
-	hs := splitLib(lib)
-	used := make([]bool, len(hs))
-	// Walk back from the last helper: one that is used marks those it
-	// calls, which come before it.
-	for i := len(hs) - 1; i >= 0; i-- {
-		if calls(body, hs[i].name) {
-			used[i] = true
-		}
-		for j := i + 1; j < len(hs) && !used[i]; j++ {
-			if used[j] && calls(hs[j].text, hs[i].name) {
-				used[i] = true
-			}
-		}
-	}
-	var out []byte
-	for i, h := range hs {
-		if used[i] {
-			out = append(out, h.text...)
-		}
-	}
-	return out
-}
-
-// calls reports whether text calls the function name.
-func calls(text, name string) bool {
-	for rest := text; ; {
-		i := strings.Index(rest, name+"(")
-		if i < 0 {
-			return false
-		}
-		// Not a longer name ending in name, nor its own definition.
-		prev := byte(' ')
-		if i > 0 {
-			prev = rest[i-1]
-		}
-		if !(prev == '_' || prev >= 'a' && prev <= 'z' || prev >= 'A' && prev <= 'Z' || prev >= '0' && prev <= '9') &&
-			!strings.HasSuffix(rest[:i], "local function ") {
-			return true
-		}
-		rest = rest[i+len(name):]
-	}
+	return string(lib) + "\n" + string(body), nil
 }
 
 func load(name string) *redis.Script {
