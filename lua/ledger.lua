@@ -28,9 +28,9 @@
 -- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
 -- reset_us}; remaining is the level, what a claim could take now.
 --
--- A server clock behind ts (it stepped back): the call is decided at ts, as
--- tokenbucket.lua decides, deadlines included; waits and TTLs are counted
--- from the server's clock.
+-- A clock behind ts: the call is decided at ts, as tokenbucket.lua
+-- decides, deadlines included; waits and TTLs count from the clock the call
+-- read.
 --
 -- Invariants, with O the tokens the ledger holds: s + O × unit <= cap after
 -- every call; the level rises by at most per µs of elapsed time, whatever

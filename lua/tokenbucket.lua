@@ -17,10 +17,11 @@
 -- allowed is 1 when granted >= min. retry_us is the wait after which min
 -- tokens are available (0 when allowed); reset_us the wait until full.
 --
--- A server clock behind a limit's ts (it stepped back): that limit is
--- decided at ts, as if no time had passed, and ts is written again, so no
--- interval is refilled twice and no state is dated after the decision that
--- wrote it; its waits and TTL are counted from the server's clock.
+-- A clock behind a limit's ts (the server's stepped back, or client clocks
+-- disagree): that limit is decided at ts, as if no time had passed, and a
+-- write stores ts again, so no interval is refilled twice and no state is
+-- dated after the decision that wrote it; its waits and TTL count from the
+-- clock the call read.
 --
 -- Invariants: 0 <= s <= cap; a denied call writes nothing (the refund, if
 -- any, is still applied); every written key has a TTL of at least reset_us
