@@ -25,9 +25,8 @@ const (
 const maxSFInt = 999_999_999_999_999
 
 // setHeaders writes the fields for outs. The values are formatted into one
-// buffer and become substrings of one string (but for a lone policy item,
-// cached), and the header slices share one array: two allocations,
-// whatever the number of fields.
+// buffer and become substrings of one string, and the header slices share
+// one array: two allocations, whatever the number of fields.
 func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 	win := mostRestrictive(outs)
 	var (
@@ -42,24 +41,15 @@ func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 		k++
 	}
 
-	// The policies: one item is its cached text as it is, several are
-	// joined in buf.
-	var policy string
 	for i := range outs {
 		if lim := outs[i].res.Limit; lim.Rate > 0 && lim.Period > 0 {
-			item := outs[i].rule.policyText(lim)
-			switch {
-			case policy == "":
-				policy = item
-			case len(buf) == 0:
-				buf = append(append(append(buf, policy...), ", "...), item...)
-			default:
-				buf = append(append(buf, ", "...), item...)
+			if len(buf) > 0 {
+				buf = append(buf, ", "...)
 			}
+			buf = appendPolicy(buf, outs[i].rule.quoted, lim)
 		}
 	}
-	joined := len(buf) > 0
-	if joined {
+	if len(buf) > 0 {
 		mark(hPolicy)
 	}
 
@@ -93,20 +83,12 @@ func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 	}
 
 	s := string(buf)
-	n := k
-	if policy != "" && !joined {
-		n++
-	}
-	vals := make([]string, n)
+	vals := make([]string, k)
 	from := 0
 	for i := range k {
 		vals[i] = s[from:ends[i]]
 		h[keys[i]] = vals[i : i+1 : i+1]
 		from = ends[i]
-	}
-	if n > k {
-		vals[k] = policy
-		h[hPolicy] = vals[k:n:n]
 	}
 }
 
@@ -139,10 +121,11 @@ func (o *outcome) worse(p *outcome) bool {
 	return o.res.RetryAfter > p.res.RetryAfter
 }
 
-// appendPolicy appends a quota policy item: "name";q=Q;w=W.
-func appendPolicy(buf []byte, name string, l tierlimit.Limit) []byte {
+// appendPolicy appends a quota policy item: "name";q=Q;w=W, quoted being
+// "name" as a structured-field String.
+func appendPolicy(buf []byte, quoted string, l tierlimit.Limit) []byte {
 	q, w := quota(l)
-	buf = appendSFString(buf, name)
+	buf = append(buf, quoted...)
 	buf = append(buf, ";q="...)
 	buf = appendSFInt(buf, q)
 	buf = append(buf, ";w="...)

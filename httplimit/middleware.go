@@ -13,35 +13,12 @@ import (
 	"github.com/tierlimit/tierlimit"
 )
 
-// rule is one limiter the middleware asks. It must not be copied.
+// rule is one limiter the middleware asks.
 type rule struct {
 	name   string
 	quoted string // name as a structured-field String
 	lim    tierlimit.Limiter
 	key    KeyFunc // nil: the client IP
-
-	// policy caches the RateLimit-Policy item of the last Limit seen: a
-	// limiter's Limit rarely changes, and formatting it on every request
-	// was a sixth of the middleware's time in a CPU profile. An atomic
-	// pointer, because every request reads it and a lock would serialize
-	// them.
-	policy atomic.Pointer[policyItem]
-}
-
-// policyItem is a formatted quota policy item.
-type policyItem struct {
-	limit tierlimit.Limit
-	text  string
-}
-
-// policyText returns the RateLimit-Policy item of l under ru's name.
-func (ru *rule) policyText(l tierlimit.Limit) string {
-	if p := ru.policy.Load(); p != nil && p.limit == l {
-		return p.text
-	}
-	p := &policyItem{limit: l, text: string(appendPolicy(nil, ru.name, l))}
-	ru.policy.Store(p)
-	return p.text
 }
 
 // Middleware limits the requests of an http.Handler with one or more
