@@ -40,18 +40,27 @@ type rule struct {
 // headers are ignored: a client can write anything in them. Behind proxies,
 // WithTrustedProxies names the ones whose X-Forwarded-For (or Forwarded,
 // see WithProxyHeader) is believed. When the peer is one of them, the
-// header is walked from right to left, each address having been written
+// header is walked from right to left, each element having been written
 // by the hop after it: trusted proxies are skipped and the first address
-// that is not one is the client. Addresses a client prepends therefore
-// never count. A header that does not parse, or an element that is not an
-// address, reached before an untrusted address, makes the middleware fall
-// back to the peer's address. IPv6 clients are keyed by their /64 (see
-// WithIPv6Prefix).
+// that is not one is the client. What a client writes itself lies left of
+// the element its first proxy appends, so it is never read: neither the
+// addresses it prepends nor a malformed element (an unterminated quote,
+// say) can change its key. Elements are told apart by their commas alone,
+// which no address holds, so a comma inside a quoted Forwarded value makes
+// the element malformed.
 //
-// To resolve clients faster, a Middleware remembers up to 32 trusted
-// proxies and the keys of up to 256 IPv6 clients, by the text of their
-// addresses: at most about 40 KiB (256 entries of 144 bytes, and the
-// tables). What it remembers never changes a key.
+// The walk stops, and the request is keyed as its peer, at an element that
+// is not an address (malformed, "unknown", an obfuscated Forwarded
+// identifier) reached before the client, or when it has read 16 elements
+// (empty ones included) or 4 KiB from the right end of the header (all its
+// field lines), so that what a request costs is bounded whatever the
+// length of its header. Since the walk ends at the first element that
+// trusted proxies did not write, it only ever stops within what they
+// wrote: no client can make it key a request as the proxy. That takes a
+// proxy that writes what is not an address, or 16 elements or more (or 4
+// KiB) written by trusted proxies in front of the client. When the whole
+// header names trusted proxies, the client is the left-most one. IPv6
+// clients are keyed by their /64 (see WithIPv6Prefix).
 //
 // # Headers
 //
@@ -115,7 +124,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 	}
 	m := &Middleware{
 		rules:   append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key}}, cfg.extra...),
-		ip:      newResolver(&cfg),
+		ip:      resolver{trusted: cfg.trusted, header: cfg.header, v6bits: cfg.v6bits},
 		cost:    cfg.cost,
 		shadow:  cfg.shadow,
 		legacy:  cfg.legacy,

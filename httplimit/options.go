@@ -141,7 +141,8 @@ func WithLimiter(name string, limiter tierlimit.Limiter, key KeyFunc) Option {
 // addresses. By default no proxy is trusted and the client IP is the
 // peer's, from Request.RemoteAddr. With trusted proxies, a request whose
 // peer is one of them is keyed by the right-most address of the header
-// that is not a trusted proxy; see Middleware.
+// that is not a trusted proxy, looked for among the header's last 16
+// elements and 4 KiB; see Middleware.
 func WithTrustedProxies(cidrs ...string) Option {
 	return optionFunc(func(c *config) error {
 		for _, s := range cidrs {
