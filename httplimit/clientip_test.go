@@ -1,6 +1,14 @@
 package httplimit
 
-import "testing"
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
 
 // TestClientIPAllocs checks what a key costs: one allocation, its text,
 // wherever the client was found.
@@ -41,3 +49,115 @@ func TestClientIPAllocs(t *testing.T) {
 		})
 	}
 }
+
+// The client and its proxies in TestSpoofedBehindProxy: the client's first
+// proxy appends the client's address to what the client sent.
+const (
+	spoofClient = "203.0.113.5"
+	spoofPeer   = "10.0.0.1:443"
+	spoofHop    = "10.0.0.9" // a second trusted proxy, between the first and the peer
+)
+
+// TestSpoofedBehindProxy sends, behind trusted proxies that append the
+// client's address to its proxy header, requests whose client wrote that
+// header first: addresses, malformed elements, long lines, several lines.
+// Whatever it wrote, the client must be keyed by the address its proxy
+// appended, held to its own quota, and never charged to the proxy's key.
+func TestSpoofedBehindProxy(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		header string
+		client []string // the field lines the client sent
+	}{
+		{HeaderForwarded, []string{`for="x`}},
+		{HeaderForwarded, []string{`for="[2001:db8::1`}},
+		{HeaderForwarded, []string{`for="198.51.100.1\`}},
+		{HeaderForwarded, []string{`for=198.51.100.1;proto="https`}},
+		{HeaderForwarded, []string{`"`}},
+		{HeaderForwarded, []string{`for=198.51.100.1;;==;garbage`}},
+		{HeaderForwarded, []string{`for=198.51.100.1;for=198.51.100.2`}},
+		{HeaderForwarded, []string{`by=198.51.100.1`}},
+		{HeaderForwarded, []string{`for=[2001:db8::1]`}},
+		{HeaderForwarded, []string{`for=999.1.1.1`}},
+		{HeaderForwarded, []string{`for=unknown`}},
+		{HeaderForwarded, []string{`for=_hidden`}},
+		{HeaderForwarded, []string{"for=\x00"}},
+		{HeaderForwarded, []string{`for=10.0.0.5`}},
+		{HeaderForwarded, []string{strings.Repeat("for=10.0.0.5, ", 100)}},
+		{HeaderForwarded, []string{`for="x`, `for=unknown`}},
+		{HeaderForwarded, []string{`for=198.51.100.1`, `for="x`}},
+		{HeaderForwarded, []string{`for="` + huge}},
+		{HeaderForwarded, []string{strings.Repeat("for=198.51.100.1, ", 1<<16)}},
+		{HeaderXForwardedFor, []string{`garbage`}},
+		{HeaderXForwardedFor, []string{`"198.51.100.1`}},
+		{HeaderXForwardedFor, []string{`[2001:db8::1`}},
+		{HeaderXForwardedFor, []string{`198.51.100.1:99999`}},
+		{HeaderXForwardedFor, []string{`999.1.1.1`}},
+		{HeaderXForwardedFor, []string{`unknown`}},
+		{HeaderXForwardedFor, []string{`10.0.0.5`}},
+		{HeaderXForwardedFor, []string{`garbage`, `198.51.100.1, unknown`}},
+		{HeaderXForwardedFor, []string{huge}},
+		{HeaderXForwardedFor, []string{strings.Repeat("10.0.0.5, ", 1<<16)}},
+	} {
+		short := strings.Join(tc.client, "\\n")
+		if len(short) > 40 {
+			short = short[:40] + "…"
+		}
+		for _, proxy := range []struct {
+			name  string
+			lines func(client []string) []string
+		}{
+			{"appends", func(c []string) []string { return appendHop(tc.header, c, spoofClient) }},
+			{"adds a line", func(c []string) []string { return append(c, hopElem(tc.header, spoofClient)) }},
+			{"then another appends", func(c []string) []string {
+				return appendHop(tc.header, appendHop(tc.header, c, spoofClient), spoofHop)
+			}},
+		} {
+			t.Run(fmt.Sprintf("%s/%q/proxy %s", tc.header, short, proxy.name), func(t *testing.T) {
+				lim := newFake(tierlimit.PerMinute(3), time.Second, time.Minute)
+				m := mustNew(t, lim, WithTrustedProxies("10.0.0.0/8"), WithProxyHeader(tc.header))
+				for i := range 5 {
+					r := request(spoofPeer)
+					r.Header[tc.header] = proxy.lines(clone(tc.client))
+					want := http.StatusOK
+					if i >= 3 {
+						want = http.StatusTooManyRequests
+					}
+					if w := serve(m, r); w.Code != want {
+						t.Errorf("request %d: %d, want %d", i, w.Code, want)
+					}
+				}
+				// Another client behind the same proxy has its whole quota.
+				r := request(spoofPeer, tc.header, hopElem(tc.header, "198.51.100.200"))
+				if w := serve(m, r); w.Code != http.StatusOK {
+					t.Errorf("another client: %d, want 200", w.Code)
+				}
+				for _, c := range lim.asked() {
+					if c.key != spoofClient && c.key != "198.51.100.200" {
+						t.Fatalf("limiter asked %v, want the client's key %q", c, spoofClient)
+					}
+				}
+			})
+		}
+	}
+}
+
+// hopElem is the element a proxy writes for the address it received from.
+func hopElem(header, addr string) string {
+	if header == HeaderForwarded {
+		return "for=" + addr
+	}
+	return addr
+}
+
+// appendHop appends the element of addr to the last of lines, as a proxy
+// does, or adds it as a line if there is none.
+func appendHop(header string, lines []string, addr string) []string {
+	if len(lines) == 0 {
+		return []string{hopElem(header, addr)}
+	}
+	lines[len(lines)-1] += ", " + hopElem(header, addr)
+	return lines
+}
+
+func clone(lines []string) []string { return append([]string(nil), lines...) }

@@ -145,3 +145,40 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+// FuzzProxyAppends checks that nothing a client writes in its proxy header
+// changes its key: behind trusted proxies that append its address, or add
+// it as a line, the client is keyed by that address.
+func FuzzProxyAppends(f *testing.F) {
+	for _, s := range []string{`for="x`, `for="x\`, `"`, `\`, "for=10.0.0.2", `for="[::1`, "garbage;;==", "a\nb",
+		strings.Repeat("10.0.0.2, ", maxElems)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sent string) {
+		for _, forwarded := range []bool{false, true} {
+			rs := fuzzResolver(forwarded)
+			elem := func(addr string) string {
+				if forwarded {
+					return `for="` + addr + `"`
+				}
+				return addr
+			}
+			for _, client := range []struct{ addr, key string }{
+				{"198.51.100.7", "198.51.100.7"},
+				{"[2001:db8:1:2:3:4:5:6]:4711", "2001:db8:1:2::"},
+			} {
+				lines := strings.Split(sent, "\n")
+				for _, h := range [][]string{
+					append(lines[:len(lines)-1:len(lines)-1], lines[len(lines)-1]+", "+elem(client.addr)),
+					append(lines[:len(lines):len(lines)], elem(client.addr)),
+					append(lines[:len(lines)-1:len(lines)-1], lines[len(lines)-1]+", "+elem(client.addr)+","+elem("10.0.0.9")),
+				} {
+					r := &http.Request{RemoteAddr: "10.0.0.1:443", Header: http.Header{rs.header: h}}
+					if got, _ := rs.clientIP(r); got != client.key {
+						t.Fatalf("%s %q from a trusted proxy gave key %q, want %q", rs.header, h, got, client.key)
+					}
+				}
+			}
+		}
+	})
+}
