@@ -344,6 +344,26 @@ func BenchmarkClientIP(b *testing.B) {
 	}
 }
 
+// BenchmarkLongHeader serves requests from a trusted proxy with a proxy
+// header of 1 MiB (longHeaders) through the middleware, with
+// BenchmarkOverhead's limiter and handler.
+func BenchmarkLongHeader(b *testing.B) {
+	for _, tc := range longHeaders() {
+		b.Run(tc.name, func(b *testing.B) {
+			m := mustNew(b, benchLimiter, WithTrustedProxies("10.0.0.0/8"), WithProxyHeader(tc.header))
+			h := m.Handler(benchHandler)
+			r := request("10.0.0.1:443")
+			r.Header[tc.header] = []string{tc.line}
+			w := &nopWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
 // BenchmarkOverheadParallel runs the middleware from every core: it keeps
 // no shared mutable state, so it should scale as the limiter does.
 func BenchmarkOverheadParallel(b *testing.B) {

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -161,3 +162,94 @@ func appendHop(header string, lines []string, addr string) []string {
 }
 
 func clone(lines []string) []string { return append([]string(nil), lines...) }
+
+// TestWalkBounds checks where the walk of a proxy header stops: after
+// maxElems elements, or maxHeaderBytes from the right end of the header,
+// keying the request as its peer; within them, the client is found.
+func TestWalkBounds(t *testing.T) {
+	const peer = "10.1.2.3"
+	hops := func(n int) string { return strings.TrimSuffix(strings.Repeat("10.0.0.5, ", n), ", ") }
+	// pad is n bytes: spaces, then a trusted proxy.
+	pad := func(n int) string { return strings.Repeat(" ", n-len(", 10.0.0.5")) + ", 10.0.0.5" }
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  string
+	}{
+		{"client behind maxElems-1 trusted hops", []string{"198.51.100.1, " + hops(maxElems-1)}, "198.51.100.1"},
+		{"client behind maxElems trusted hops", []string{"198.51.100.1, " + hops(maxElems)}, peer},
+		{"maxElems trusted hops: the left-most", []string{"10.0.0.4, " + hops(maxElems-1)}, "10.0.0.4"},
+		{"maxElems+1 trusted hops", []string{hops(maxElems + 1)}, peer},
+		{"hops over several lines", []string{"198.51.100.1", hops(maxElems / 2), hops(maxElems / 2)}, peer},
+		{"an empty element counts", []string{"198.51.100.1,," + hops(maxElems-2)}, "198.51.100.1"},
+		{"empty elements count", []string{"198.51.100.1,,," + hops(maxElems-2)}, peer},
+		{"an empty line counts", []string{"198.51.100.1", "", hops(maxElems - 1)}, peer},
+		{"client within maxHeaderBytes", []string{"198.51.100.1," + pad(maxHeaderBytes-len("198.51.100.1,"))}, "198.51.100.1"},
+		// The walk reads "98.51.100.1": an address, but not the element.
+		{"client cut by maxHeaderBytes", []string{"198.51.100.1," + pad(maxHeaderBytes-len("98.51.100.1,"))}, peer},
+		{"client past maxHeaderBytes", []string{"198.51.100.1," + strings.Repeat(" ", maxHeaderBytes) + "10.0.0.5"}, peer},
+		{"bytes over several lines", []string{"198.51.100.1", strings.Repeat(" ", maxHeaderBytes/2), strings.Repeat(" ", maxHeaderBytes/2)}, peer},
+		{"empty lines count", append([]string{"198.51.100.1"}, make([]string, maxHeaderBytes)...), peer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := &mustNew(t, &constLimiter{}, WithTrustedProxies("10.0.0.0/8")).ip
+			r := request(peer + ":80")
+			r.Header[HeaderXForwardedFor] = tc.lines
+			if key, _ := rs.clientIP(r); key != tc.want {
+				t.Errorf("clientIP = %q, want %q", key, tc.want)
+			}
+		})
+	}
+}
+
+// longHeaders are proxy headers of 1 MiB from a trusted peer (10.0.0.1):
+// what a client wrote, then the element its proxy appended; or elements
+// of trusted proxies, or empty ones, all the way.
+func longHeaders() []struct {
+	name, header, line, key string
+} {
+	const size = 1 << 20
+	fill := func(elem string) string { return strings.Repeat(elem, size/len(elem)) }
+	return []struct{ name, header, line, key string }{
+		{"xff/spoofed", HeaderXForwardedFor, fill("198.51.100.1, ") + "203.0.113.5", "203.0.113.5"},
+		{"xff/garbage", HeaderXForwardedFor, fill("x") + ", 203.0.113.5", "203.0.113.5"},
+		{"xff/trusted", HeaderXForwardedFor, fill("10.0.0.5, ") + "10.0.0.5", "10.0.0.1"},
+		{"xff/empty", HeaderXForwardedFor, fill(" ,") + "10.0.0.5", "10.0.0.1"},
+		{"forwarded/spoofed", HeaderForwarded, fill("for=198.51.100.1, ") + "for=203.0.113.5", "203.0.113.5"},
+		{"forwarded/garbage", HeaderForwarded, `for="` + fill("x") + ", for=203.0.113.5", "203.0.113.5"},
+		{"forwarded/trusted", HeaderForwarded, fill(`for="[::ffff:10.0.0.5]";proto=https, `) + "for=10.0.0.5", "10.0.0.1"},
+		{"forwarded/empty", HeaderForwarded, fill(";, ") + "for=10.0.0.5", "10.0.0.1"},
+	}
+}
+
+// TestLongHeaderBounded checks that a 1 MiB proxy header costs what a short
+// one does: the key's allocation, and bytes of the order of the key.
+func TestLongHeaderBounded(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	for _, tc := range longHeaders() {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := &mustNew(t, &constLimiter{}, WithTrustedProxies("10.0.0.0/8"), WithProxyHeader(tc.header)).ip
+			r := request("10.0.0.1:443")
+			r.Header[tc.header] = []string{tc.line}
+			if key, _ := rs.clientIP(r); key != tc.key {
+				t.Fatalf("clientIP = %q, want %q", key, tc.key)
+			}
+			if got := testing.AllocsPerRun(100, func() { rs.clientIP(r) }); got > 1 {
+				t.Errorf("clientIP allocates %v times per request, want at most 1", got)
+			}
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			const runs = 100
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for range runs {
+				rs.clientIP(r)
+			}
+			runtime.ReadMemStats(&after)
+			if got := (after.TotalAlloc - before.TotalAlloc) / runs; got > 64 {
+				t.Errorf("clientIP allocates %d bytes per request, want at most 64", got)
+			}
+		})
+	}
+}
