@@ -128,7 +128,6 @@ func Parse(info string) tierlimit.EvictionRisk {
 // unknown. It is safe for concurrent use.
 type Watch struct {
 	rdb    redis.UniversalClient
-	name   string                       // the limiter, in the log line
 	report func(tierlimit.EvictionRisk) // nil when not observed
 	next   atomic.Int64                 // unix ns before which Due is false
 	polled atomic.Bool                  // a Due check is under way
