@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/remote"
+	"github.com/tierlimit/tierlimit/internal/store"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -202,11 +202,11 @@ func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 // ledger (WithLeaseLedger), numbered and with what e holds now. The caller
 // holds e's key lock: e's claims and refunds are numbered in the order they
 // are made.
-func (l *Limiter) claimOf(e *entry, lo, want int64) remote.Claim {
+func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	if !l.cfg.ledger {
-		return remote.Claim{Min: lo, Want: want}
+		return store.Claim{Min: lo, Want: want}
 	}
-	return remote.Claim{Min: lo, Want: want, Holder: e.holder, Gen: e.gen.Add(1), Held: e.tokens.Load()}
+	return store.Claim{Min: lo, Want: want, Holder: e.holder, Gen: e.gen.Add(1), Held: e.tokens.Load()}
 }
 
 // apply records a claim of want tokens in e: the tokens granted, the demand

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/remote"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 func TestShare(t *testing.T) {
@@ -278,7 +278,7 @@ func TestLeasesExpiringInAnOutageAreLost(t *testing.T) {
 	// The breaker is open now: the next refund is not even tried, and is
 	// counted lost at once.
 	calls := e.calls.Calls()
-	if err := l.refund([]remote.Refund{{Key: "k", N: 5}}, false); !errors.Is(err, errUnavailable) {
+	if err := l.refund([]store.Refund{{Key: "k", N: 5}}, false); !errors.Is(err, errUnavailable) {
 		t.Errorf("refund with the breaker open = %v, want errUnavailable", err)
 	}
 	if got := e.calls.Calls() - calls; got != 0 {

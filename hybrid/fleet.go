@@ -4,24 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"math"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/lua"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
 
-// The fleet: instances of one limit (same prefix and limit) record
-// themselves in a sorted set in Redis every heartbeat; the number alive
-// sets each one's share of the limit while Redis is down.
-
-// fleetKey is the Redis key of the fleet of limit under prefix.
-func fleetKey(prefix string, limit tierlimit.Limit) string {
-	h := xxhash.Sum64String(fmt.Sprintf("%d/%d/%d", limit.Rate, limit.Capacity(), limit.Period))
-	return fmt.Sprintf("%sfleet:%016x", prefix, h)
-}
+// The fleet: the instances of one limit beat in Redis (store.Heartbeat);
+// the number alive sets each one's share of the limit while Redis is down.
 
 // instanceID returns a random id for this instance.
 func instanceID() string {
@@ -73,17 +64,12 @@ func (l *Limiter) heartbeats() {
 // beat sends one heartbeat (or the leaving one) within timeout and applies
 // the count.
 func (l *Limiter) beat(leave bool, timeout time.Duration) error {
-	flag := "0"
-	if leave {
-		flag = "1"
-	}
-	ttl := (3 * l.cfg.heartbeat).Milliseconds()
 	var n int64
 	ev, err := l.call("heartbeat", timeout, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		var err error
-		n, err = lua.Heartbeat.Run(ctx, l.rdb, []string{l.fleet}, 0, l.id, ttl, flag).Int64()
+		n, err = store.Heartbeat(ctx, l.rdb, l.fleet, l.id, 3*l.cfg.heartbeat, leave)
 		return err
 	})
 	l.report(&ev)

@@ -3,7 +3,6 @@ package hybrid
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/remote"
+	"github.com/tierlimit/tierlimit/internal/store"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -23,7 +22,7 @@ type Limiter struct {
 	limit   tierlimit.Limit
 	cfg     config
 	rdb     redis.UniversalClient
-	bucket  *remote.TokenBucket
+	bucket  *store.Limiter
 	keys    *table
 	share   atomic.Pointer[tierlimit.Limit] // what each key is held to while the breaker is open
 	brk     *breaker
@@ -108,10 +107,10 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if cfg.maxLease > capacity {
 		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, capacity)
 	}
-	bucketOpts := cfg.bucketOpts
+	bucketCfg := store.Config{Prefix: cfg.prefix}
 	if o := cfg.observer; o != nil && o.Eviction != nil {
 		// The bucket reads the server's eviction settings (Stats.Eviction).
-		bucketOpts = append(slices.Clip(bucketOpts), remote.WithObserver(&tierlimit.Observer{Eviction: o.Eviction}))
+		bucketCfg.Observer = &tierlimit.Observer{Eviction: o.Eviction}
 	}
 	if cfg.ledger {
 		// The bucket keeps a ledger of the tokens each entry holds, and
@@ -119,9 +118,9 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		// entry stops spending at its lease TTL; the janitor, which takes
 		// them back, runs every quarter TTL: the ledger keeps them
 		// another half TTL.
-		bucketOpts = append(slices.Clip(bucketOpts), remote.WithLeaseLedger(leaseHold(cfg.leaseTTL)))
+		bucketCfg.Hold = leaseHold(cfg.leaseTTL)
 	}
-	bucket, err := remote.NewTokenBucket(rdb, limit, bucketOpts...)
+	bucket, err := store.New(rdb, store.TokenBucket, limit, bucketCfg)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
@@ -134,7 +133,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		done:    make(chan struct{}),
 		inline:  honoursDeadlines(rdb),
 		id:      instanceID(),
-		fleet:   fleetKey(cfg.prefix, limit),
+		fleet:   store.FleetKey(cfg.prefix, limit),
 	}
 	l.instances.Store(1)
 	fb := limit

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -55,8 +56,7 @@ type config struct {
 	refillInterval     time.Duration
 	callBudget         time.Duration
 	maxKeys            int64
-	bucketOpts         []remote.Option // for the Redis token bucket, e.g. its prefix
-	ledger             bool            // WithLeaseLedger
+	ledger             bool // WithLeaseLedger
 	clock              Clock
 	fallback           *tierlimit.Limit
 	prefix             string
@@ -161,10 +161,12 @@ func WithMaxKeys(n int64) Option {
 
 // WithPrefix sets the Redis key prefix (default remote.DefaultPrefix), as
 // remote.WithPrefix does for the token bucket leases are claimed from: at
-// most 64 bytes, no '{' or '}'. New reports a bad prefix.
+// most 64 bytes, no '{' or '}'.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
-		c.bucketOpts = append(c.bucketOpts, remote.WithPrefix(prefix))
+		if err := store.CheckPrefix(prefix); err != nil {
+			return fmt.Errorf("hybrid: %w", err)
+		}
 		c.prefix = prefix
 		return nil
 	})

@@ -6,7 +6,7 @@ import (
 	"context"
 
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/remote"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 // refill asks a background worker to top up e's lease.
@@ -91,14 +91,14 @@ func (l *Limiter) refillAll(batch []*entry) {
 		}
 	}
 	l.claimAll("refill", todo,
-		func(e *entry) remote.Claim { return l.claimOf(e, 1, l.size(e, 1, now)) },
-		func(e *entry, c remote.Claim, g remote.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
+		func(e *entry) store.Claim { return l.claimOf(e, 1, l.size(e, 1, now)) },
+		func(e *entry, c store.Claim, g store.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
 }
 
 // claimAll claims what claimFor says for each entry of todo, in one
 // pipelined round trip (op), holding their key locks (in order) so that no
 // Reset interleaves, and hands each grant to got.
-func (l *Limiter) claimAll(op string, todo []*entry, claimFor func(*entry) remote.Claim, got func(*entry, remote.Claim, remote.Grant)) {
+func (l *Limiter) claimAll(op string, todo []*entry, claimFor func(*entry) store.Claim, got func(*entry, store.Claim, store.Grant)) {
 	if len(todo) == 0 {
 		return
 	}
@@ -115,7 +115,7 @@ func (l *Limiter) claimAll(op string, todo []*entry, claimFor func(*entry) remot
 		}
 	}
 	keys := make([]string, 0, len(todo))
-	claims := make([]remote.Claim, 0, len(todo))
+	claims := make([]store.Claim, 0, len(todo))
 	live := todo[:0]
 	for _, e := range todo {
 		if e.stale.Load() { // a Reset got in before the locks
@@ -128,7 +128,7 @@ func (l *Limiter) claimAll(op string, todo []*entry, claimFor func(*entry) remot
 	if len(live) == 0 {
 		return
 	}
-	var grants []remote.Grant
+	var grants []store.Grant
 	ev, _ = l.call(op, l.cfg.callBudget, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
 		defer cancel()

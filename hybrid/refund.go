@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/remote"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 // refundBatch is the most refunds sent in one pipeline.
@@ -44,7 +44,7 @@ func (l *Limiter) refundHeld(now time.Time, all bool) error {
 // last claim, which the refund names: the bucket's ledger then ends the
 // entry's record unless a later claim wrote it.
 func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error {
-	refunds := make([]remote.Refund, 0, len(entries))
+	refunds := make([]store.Refund, 0, len(entries))
 	for _, e := range entries {
 		if !all && e.expires.Load() > now.UnixNano() {
 			continue
@@ -65,7 +65,7 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 			mu.Unlock()
 		}
 		if t > 0 {
-			r := remote.Refund{Key: e.key, N: t, ID: l.refundID()}
+			r := store.Refund{Key: e.key, N: t, ID: l.refundID()}
 			if l.cfg.ledger {
 				r.Holder, r.Gen = e.holder, gen
 			}
@@ -95,19 +95,19 @@ func (l *Limiter) chargeBack(entries []*entry) {
 		}
 	}
 	l.claimAll("chargeback", due, l.debtClaim,
-		func(e *entry, c remote.Claim, g remote.Grant) { l.paid(e, c, g.Granted) })
+		func(e *entry, c store.Claim, g store.Grant) { l.paid(e, c, g.Granted) })
 }
 
 // debtClaim is the claim that charges e's debt: up to what it owes, at
 // least nothing. The caller holds e's key lock.
-func (l *Limiter) debtClaim(e *entry) remote.Claim {
+func (l *Limiter) debtClaim(e *entry) store.Claim {
 	return l.claimOf(e, 0, min(e.owed.Load(), l.limit.Capacity()))
 }
 
 // paid records that Redis granted granted tokens of debt claim c for e:
 // they are spent, by the fallback decisions that owed them, and the rest of
 // the debt is forgiven (the bucket had no more: see chargeBack).
-func (l *Limiter) paid(e *entry, c remote.Claim, granted int64) {
+func (l *Limiter) paid(e *entry, c store.Claim, granted int64) {
 	e.owed.Add(-c.Want)
 	l.stats.leased.Add(granted)
 	l.stats.chargedBack.Add(granted)
@@ -118,7 +118,7 @@ func (l *Limiter) paid(e *entry, c remote.Claim, granted int64) {
 
 // refund sends refunds in pipelined batches, through the breaker unless
 // anyway is set; what fails is counted lost.
-func (l *Limiter) refund(refunds []remote.Refund, anyway bool) error {
+func (l *Limiter) refund(refunds []store.Refund, anyway bool) error {
 	send := l.call
 	if anyway {
 		send = l.callAnyway
@@ -159,7 +159,7 @@ func (l *Limiter) refund(refunds []remote.Refund, anyway bool) error {
 
 // refundID returns an ID no other refund of the fleet has: go-redis may
 // send a refund twice when its connection breaks, and Redis applies one ID
-// once (see remote.Refund).
+// once (see store.Refund).
 func (l *Limiter) refundID() string {
 	return l.id + strconv.FormatInt(l.refunds.Add(1), 36)
 }

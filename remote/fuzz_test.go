@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
 // FuzzAllowN drives every algorithm with arbitrary limits, costs, keys and
@@ -21,7 +20,7 @@ func FuzzAllowN(f *testing.F) {
 	f.Add(uint8(5), int64(999_983), int64(86_400_000_000), int64(0), "}{", int64(999_983), int64(1), int64(7))
 	f.Add(uint8(4), int64(-1), int64(-1), int64(-1), "", int64(-1), int64(-1), int64(-1))
 	f.Add(uint8(3), int64(7), int64(1<<50), int64(0), "x", int64(8), int64(1<<40), int64(1))
-	m, rdb := fuzzRedis(f)
+	m, rdb := redistest.Mini(f)
 	f.Fuzz(func(t *testing.T, alg uint8, rate, periodMicros, burst int64, key string, n, stepMicros, repeat int64) {
 		a := algorithms[int(alg)%len(algorithms)]
 		limit := tierlimit.Limit{Rate: rate, Period: time.Duration(periodMicros) * time.Microsecond, Burst: burst}
@@ -62,18 +61,4 @@ func FuzzAllowN(f *testing.F) {
 			}
 		}
 	})
-}
-
-// fuzzRedis starts a miniredis shared by a fuzz target's inputs (one per
-// input would be most of the time spent) and a client of it, both closed
-// with the target.
-func fuzzRedis(f *testing.F) (*miniredis.Miniredis, *redis.Client) {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(m.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	f.Cleanup(func() { rdb.Close() })
-	return m, rdb
 }

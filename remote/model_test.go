@@ -11,7 +11,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/lua"
+	"github.com/tierlimit/tierlimit/internal/lua"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 // TestSlidingLogModel runs random calls and clock steps through
@@ -142,7 +143,7 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 		// 500 ms back: empty, as at 0 ms; one token 100 ms after 0 ms.
 		{ms(-500), allow(1), false, 0, 600 * time.Millisecond, 0},
 		{ms(-500), func() (tierlimit.Result, error) {
-			_, err := tb.Refund(ctx, Refund{Key: "k", N: 5})
+			_, err := tb.s.Refund(ctx, store.Refund{Key: "k", N: 5})
 			return tierlimit.Result{Allowed: true, Remaining: 5}, err
 		}, true, 5, 0, time.Second}, // full 500 ms after 0 ms
 		// Refilled from 0 ms only, not from -500 ms.
@@ -159,7 +160,7 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 				i, s.at.Sub(t0), r, s.allowed, s.remaining, s.retry)
 		}
 		if s.ttl > 0 {
-			if ttl, _ := b.rdb.PTTL(ctx, tb.redisKeys("k")[0]).Result(); ttl < s.ttl {
+			if ttl, _ := b.rdb.PTTL(ctx, tb.s.Keys("k")[0]).Result(); ttl < s.ttl {
 				t.Errorf("step %d at %v: TTL %v, want at least %v", i, s.at.Sub(t0), ttl, s.ttl)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 // recorder is an Observer that keeps what it is told.
@@ -103,15 +104,15 @@ func TestObserverLeaseCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tb.Lease(ctx, "k", Claim{Min: 1, Want: 4}); err != nil {
+	if _, _, err := tb.s.Lease(ctx, "k", store.Claim{Min: 1, Want: 4}); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range tb.LeaseBatch(ctx, []string{"a", "b"}, []Claim{{Min: 1, Want: 1}, {Min: 1, Want: 2}}) {
+	for _, g := range tb.s.LeaseBatch(ctx, []string{"a", "b"}, []store.Claim{{Min: 1, Want: 1}, {Min: 1, Want: 2}}) {
 		if g.Err != nil {
 			t.Fatal(g.Err)
 		}
 	}
-	if _, err := tb.Refund(ctx, Refund{Key: "k", N: 2}, Refund{Key: "a", N: 1}); err != nil {
+	if _, err := tb.s.Refund(ctx, store.Refund{Key: "k", N: 2}, store.Refund{Key: "a", N: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if ops, want := rec.ops(), []string{"claim", "claim", "refund"}; !slices.Equal(ops, want) {

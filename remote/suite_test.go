@@ -2,12 +2,10 @@ package remote
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
@@ -60,9 +58,7 @@ type backend struct {
 var t0 = time.Unix(1_700_000_000, 0)
 
 func miniBackend(t *testing.T) backend {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	m, rdb := redistest.Mini(t)
 	// The scripts read miniredis's settable server clock through TIME.
 	return backend{rdb: rdb, set: m.SetTime}
 }
@@ -83,7 +79,7 @@ func TestSuiteCluster(t *testing.T) { checkOn(t, redistest.StartCluster(t).Clien
 func checkOn(t *testing.T, rdb redis.UniversalClient, run func(*testing.T, backend)) {
 	b := clientClockBackend(rdb)
 	run(t, b)
-	assertTTLs(t, b.rdb)
+	redistest.CheckTTLs(t, b.rdb)
 }
 
 // suiteKeys are user keys the suite runs with: plain, and ones that would
@@ -245,39 +241,5 @@ func (s *suite) multiLimit() {
 	r := s.allowN(both, at, 1)
 	if r.Allowed || r.Limit != b {
 		s.t.Errorf("denied by %v, want by %v", r.Limit, b)
-	}
-}
-
-// assertTTLs fails the test if any key of ours lives without a TTL.
-func assertTTLs(t *testing.T, rdb redis.UniversalClient) {
-	t.Helper()
-	ctx := context.Background()
-	check := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, "*", 1000).Iterator()
-		n := 0
-		for iter.Next(ctx) {
-			n++
-			ttl, err := c.PTTL(ctx, iter.Val()).Result()
-			if err != nil {
-				return err
-			}
-			if ttl == -1*time.Nanosecond || ttl == -1*time.Millisecond {
-				return fmt.Errorf("key %q has no TTL", iter.Val())
-			}
-		}
-		t.Logf("TTL audit: %d keys on %s, all with a TTL", n, c.Options().Addr)
-		return iter.Err()
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Client:
-		err = check(ctx, c)
-	default:
-		err = errors.New("unknown client type")
-	}
-	if err != nil {
-		t.Error(err)
 	}
 }

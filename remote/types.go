@@ -3,7 +3,25 @@ package remote
 import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
+
+// TokenBucket is a token bucket in Redis: Burst tokens, refilled at Rate
+// per Period, exact in integer arithmetic. The hybrid tier leases its
+// tokens from the same buckets.
+//
+// A TokenBucket is safe for concurrent use. Its methods are Allow, AllowN and Reset.
+type TokenBucket struct{ *limiter }
+
+// NewTokenBucket returns a TokenBucket enforcing limit (and any
+// WithLimits). Errors are as for NewGCRA.
+func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*TokenBucket, error) {
+	l, err := newLimiter(rdb, store.TokenBucket, limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &TokenBucket{l}, nil
+}
 
 // GCRA is a generic cell rate algorithm limiter in Redis: one integer per key
 // (the theoretical arrival time). It admits what a token bucket of the same
@@ -17,7 +35,7 @@ type GCRA struct{ *limiter }
 // It returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit and
 // tierlimit.ErrInvalidOption for a nil client or a bad option.
 func NewGCRA(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*GCRA, error) {
-	l, err := newLimiter(rdb, gcraAlg, limit, opts)
+	l, err := newLimiter(rdb, store.GCRA, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +53,7 @@ type FixedWindow struct{ *limiter }
 // NewFixedWindow returns a FixedWindow limiter enforcing limit (and any
 // WithLimits). Errors are as for NewGCRA.
 func NewFixedWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*FixedWindow, error) {
-	l, err := newLimiter(rdb, fixedWindowAlg, limit, opts)
+	l, err := newLimiter(rdb, store.FixedWindow, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +70,7 @@ type AnchoredWindow struct{ *limiter }
 // NewAnchoredWindow returns an AnchoredWindow limiter enforcing limit (and
 // any WithLimits). Errors are as for NewGCRA.
 func NewAnchoredWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*AnchoredWindow, error) {
-	l, err := newLimiter(rdb, anchoredWindowAlg, limit, opts)
+	l, err := newLimiter(rdb, store.AnchoredWindow, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +88,7 @@ type SlidingLog struct{ *limiter }
 // NewSlidingLog returns a SlidingLog limiter enforcing limit (and any
 // WithLimits). Errors are as for NewGCRA.
 func NewSlidingLog(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*SlidingLog, error) {
-	l, err := newLimiter(rdb, slidingLogAlg, limit, opts)
+	l, err := newLimiter(rdb, store.SlidingLog, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +107,7 @@ type SlidingWindow struct{ *limiter }
 // NewSlidingWindow returns a SlidingWindow limiter enforcing limit (and any
 // WithLimits). Errors are as for NewGCRA.
 func NewSlidingWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*SlidingWindow, error) {
-	l, err := newLimiter(rdb, slidingWindowAlg, limit, opts)
+	l, err := newLimiter(rdb, store.SlidingWindow, limit, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -37,7 +38,7 @@ func TestInspect(t *testing.T) {
 	limit := tierlimit.PerSecond(10)
 	spend := map[string]int64{"tb": 3, "gcra": 2, "fw": 4, "aw": 1, "sl": 2, "sw": 5}
 	for _, a := range algorithms {
-		lim, err := a.build(rdb, limit)
+		lim, err := store.New(rdb, a.alg, limit, a.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,16 +59,16 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	// An idempotent refund leaves a marker in the key's slot.
-	tb, _ := remote.NewTokenBucket(rdb, limit)
-	if _, err := tb.Refund(ctx, remote.Refund{Key: key, N: 1, ID: "lease-7"}); err != nil {
+	tb, _ := store.New(rdb, store.TokenBucket, limit, store.Config{})
+	if _, err := tb.Refund(ctx, store.Refund{Key: key, N: 1, ID: "lease-7"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tb.AllowN(ctx, key, 1); err != nil { // back to 7 tokens
 		t.Fatal(err)
 	}
 	// A hybrid instance's lease: 2 more tokens, in the bucket's ledger.
-	ledger, _ := remote.NewTokenBucket(rdb, limit, remote.WithLeaseLedger(time.Second))
-	if _, _, err := ledger.Lease(ctx, key, remote.Claim{Min: 1, Want: 2, Holder: "inst.1", Gen: 1}); err != nil {
+	ledger, _ := store.New(rdb, store.TokenBucket, limit, store.Config{Hold: time.Second})
+	if _, _, err := ledger.Lease(ctx, key, store.Claim{Min: 1, Want: 2, Holder: "inst.1", Gen: 1}); err != nil {
 		t.Fatal(err)
 	}
 	url := "redis://" + m.Addr() + "/0"

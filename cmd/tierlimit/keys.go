@@ -1,85 +1,38 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/remote"
+	"github.com/tierlimit/tierlimit/internal/store"
 )
 
-// The Redis key format is remote's (docs/operations.md):
+// The Redis key format is internal/store's (docs/operations.md):
 //
 //	<prefix><alg>:<config>:{<tag>}:<user key>[<suffix>]
 //
-// remote keeps the hashes behind <config> and <tag> unexported. Rather
-// than copy them, keysOf asks a remote limiter which keys it would use:
-// a client hook captures its script call before anything is sent. The
-// command then follows the format by construction.
-
-// errCaptured stops a captured command before it reaches the network.
-var errCaptured = errors.New("captured")
-
-// captureHook records the KEYS of the script calls it sees and sends
-// nothing.
-type captureHook struct{ keys []string }
-
-// DialHook passes dials through; none happens, as nothing is sent.
-func (h *captureHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook records a script call's KEYS and stops the command.
-func (h *captureHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
-	return func(_ context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(args) >= 3 {
-			n, _ := args[2].(int)
-			for _, k := range args[3:min(len(args), 3+n)] {
-				if s, ok := k.(string); ok {
-					h.keys = append(h.keys, s)
-				}
-			}
-		}
-		return errCaptured
-	}
-}
-
-// ProcessPipelineHook stops a pipeline: keysOf never sends one.
-func (h *captureHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(context.Context, []redis.Cmder) error { return errCaptured }
-}
+// store.KeysOf names a key's Redis keys; the command takes them apart to
+// read what is stored under them.
 
 // algorithm is one remote algorithm as it shows in Redis.
 type algorithm struct {
 	name  string // in keys: "tb", "gcra", ...
 	title string
-	build func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (tierlimit.Limiter, error)
+	alg   *store.Algorithm
+	cfg   store.Config // the token bucket's has a lease ledger, as hybrid's may
 }
 
 var algorithms = []algorithm{
-	// Built with a lease ledger, as the hybrid tier builds it: keysOf then
-	// names the ledger too. Its state key is a plain TokenBucket's.
-	{"tb", "token bucket (remote.TokenBucket, and the hybrid tier's leases)", limiterOf(ledgerBucket)},
-	{"gcra", "GCRA (remote.GCRA)", limiterOf(remote.NewGCRA)},
-	{"fw", "fixed window (remote.FixedWindow)", limiterOf(remote.NewFixedWindow)},
-	{"aw", "anchored window (remote.AnchoredWindow)", limiterOf(remote.NewAnchoredWindow)},
-	{"sl", "sliding log (remote.SlidingLog)", limiterOf(remote.NewSlidingLog)},
-	{"sw", "sliding window (remote.SlidingWindow)", limiterOf(remote.NewSlidingWindow)},
-}
-
-// ledgerBucket is remote.NewTokenBucket with a lease ledger.
-func ledgerBucket(rdb redis.UniversalClient, l tierlimit.Limit, opts ...remote.Option) (*remote.TokenBucket, error) {
-	return remote.NewTokenBucket(rdb, l, append(slices.Clip(opts), remote.WithLeaseLedger(time.Second))...)
-}
-
-func limiterOf[L tierlimit.Limiter](newL func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (L, error)) func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (tierlimit.Limiter, error) {
-	return func(rdb redis.UniversalClient, l tierlimit.Limit, opts ...remote.Option) (tierlimit.Limiter, error) {
-		return newL(rdb, l, opts...)
-	}
+	// With a lease ledger, as the hybrid tier may lease: keysOf then names
+	// the ledger too. Its state key is a plain TokenBucket's.
+	{"tb", "token bucket (remote.TokenBucket, and the hybrid tier's leases)", store.TokenBucket, store.Config{Hold: time.Second}},
+	{"gcra", "GCRA (remote.GCRA)", store.GCRA, store.Config{}},
+	{"fw", "fixed window (remote.FixedWindow)", store.FixedWindow, store.Config{}},
+	{"aw", "anchored window (remote.AnchoredWindow)", store.AnchoredWindow, store.Config{}},
+	{"sl", "sliding log (remote.SlidingLog)", store.SlidingLog, store.Config{}},
+	{"sw", "sliding window (remote.SlidingWindow)", store.SlidingWindow, store.Config{}},
 }
 
 func algorithmNamed(name string) (algorithm, bool) {
@@ -93,25 +46,10 @@ func algorithmNamed(name string) (algorithm, bool) {
 
 // keysOf returns the Redis keys alg, built with limit and prefix, uses for
 // key, in script order. An error means a bad prefix, limit or key.
-func keysOf(alg algorithm, limit tierlimit.Limit, prefix, key string) ([]string, error) {
-	hook := &captureHook{}
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"}) // never dialled: the hook answers
-	defer rdb.Close()
-	rdb.AddHook(hook)
-	lim, err := alg.build(rdb, limit, remote.WithPrefix(prefix))
-	if err != nil {
-		return nil, err
-	}
-	if _, err := lim.AllowN(context.Background(), key, 0); !errors.Is(err, errCaptured) {
-		if err == nil {
-			err = errors.New("no script call")
-		}
-		return nil, err
-	}
-	if len(hook.keys) == 0 {
-		return nil, fmt.Errorf("remote %s: script call without keys", alg.name)
-	}
-	return hook.keys, nil
+func keysOf(a algorithm, limit tierlimit.Limit, prefix, key string) ([]string, error) {
+	cfg := a.cfg
+	cfg.Prefix = prefix
+	return store.KeysOf(a.alg, limit, cfg, key)
 }
 
 // keyName is a Redis key of ours, taken apart.

@@ -1,4 +1,4 @@
-package remote
+package store
 
 import (
 	"context"
@@ -21,7 +21,9 @@ func TestLeaseLedgerRedis(t *testing.T) { checkOn(t, redistest.Start(t).Client(t
 // the ledger would be back at 10 within a second of any claim.
 func testLeaseLedger(t *testing.T, b backend) {
 	ctx := context.Background()
-	tb, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10), append(b.opts, WithLeaseLedger(time.Second))...)
+	cfg := b.cfg
+	cfg.Hold = time.Second
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,17 +101,21 @@ func testLeaseLedger(t *testing.T, b backend) {
 func TestLeaseLedgerInput(t *testing.T) {
 	b := miniBackend(t)
 	ctx := context.Background()
-	ledger, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10), WithLeaseLedger(time.Second))
+	ledger, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{Hold: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10))
+	plain, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcra, err := New(b.rdb, GCRA, tierlimit.PerSecond(10), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	long := string(make([]byte, 65))
 	claims := []struct {
-		tb   *TokenBucket
+		tb   *Limiter
 		c    Claim
 		want error
 	}{
@@ -120,6 +126,7 @@ func TestLeaseLedgerInput(t *testing.T) {
 		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost}, // refund in a claim
 		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},              // no ledger to record it
 		{plain, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},
+		{gcra, Claim{Min: 1, Want: 1}, errNoLease}, // only a token bucket leases
 	}
 	for _, c := range claims {
 		if _, _, err := c.tb.Lease(ctx, "k", c.c); !errors.Is(err, c.want) {
@@ -129,17 +136,18 @@ func TestLeaseLedgerInput(t *testing.T) {
 	if _, err := ledger.Refund(ctx, Refund{Key: "k", N: 1}); !errors.Is(err, tierlimit.ErrInvalidKey) {
 		t.Errorf("Refund without a holder = %v, want ErrInvalidKey", err)
 	}
-	for _, opts := range [][]Option{
-		{WithLeaseLedger(0)},
-		{WithLeaseLedger(3 * time.Hour)},
-		{WithLeaseLedger(time.Second), WithLimits(tierlimit.PerMinute(100))},
+	for _, cfg := range []Config{
+		{Hold: -time.Second},
+		{Hold: time.Microsecond},
+		{Hold: 3 * time.Hour},
+		{Hold: time.Second, Extra: []tierlimit.Limit{tierlimit.PerMinute(100)}},
 	} {
-		if _, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10), opts...); !errors.Is(err, tierlimit.ErrInvalidOption) {
-			t.Errorf("NewTokenBucket with %d options = %v, want ErrInvalidOption", len(opts), err)
+		if _, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), cfg); !errors.Is(err, tierlimit.ErrInvalidOption) {
+			t.Errorf("New(TokenBucket, %+v) = %v, want ErrInvalidOption", cfg, err)
 		}
 	}
-	if _, err := NewGCRA(b.rdb, tierlimit.PerSecond(10), WithLeaseLedger(time.Second)); !errors.Is(err, tierlimit.ErrInvalidOption) {
-		t.Errorf("NewGCRA WithLeaseLedger = %v, want ErrInvalidOption", err)
+	if _, err := New(b.rdb, GCRA, tierlimit.PerSecond(10), Config{Hold: time.Second}); !errors.Is(err, tierlimit.ErrInvalidOption) {
+		t.Errorf("New(GCRA, a ledger) = %v, want ErrInvalidOption", err)
 	}
 }
 
@@ -161,7 +169,7 @@ func FuzzLedger(f *testing.F) {
 	// much more that the 0.6 s from a's spends admit over their bound of
 	// 26 (28 with a lazy refill).
 	f.Add([]byte{0x70, 0x70, 0x6c, 0x44, 0x44, 0x44, 0x44, 0x4c, 0x71, 0x71, 0x71, 0x45, 0x45, 0x45, 0x45, 0x45})
-	m, rdb := fuzzRedis(f)
+	m, rdb := redistest.Mini(f)
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 300 {
 			ops = ops[:300]
@@ -170,12 +178,12 @@ func FuzzLedger(f *testing.F) {
 		ctx := context.Background()
 		const ttl = time.Second // a holder spends its tokens for one TTL after its last grant
 		limit := tierlimit.PerSecond(10).WithBurst(20)
-		tb, err := NewTokenBucket(rdb, limit, WithLeaseLedger(ttl+ttl/2))
+		tb, err := New(rdb, TokenBucket, limit, Config{Hold: ttl + ttl/2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		unit, _ := limit.Scale()
-		keys := tb.redisKeys("k")
+		keys := tb.Keys("k")
 		now := t0
 		m.SetTime(now)
 		type holder struct {

@@ -1,4 +1,8 @@
-package remote
+package store
+
+// The token bucket's lease protocol, which hybrid builds on: a claim takes
+// between Min and Want tokens in one call, a refund gives unspent ones
+// back, and with Config.Hold a ledger records what each holder holds.
 
 import (
 	"context"
@@ -9,41 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 )
-
-// TokenBucket is a token bucket in Redis: Capacity tokens, refilled at Rate
-// per Period, exact in integer arithmetic. It is also the store the hybrid
-// tier leases token batches from (Lease, Refund).
-//
-// A TokenBucket is safe for concurrent use.
-type TokenBucket struct{ *limiter }
-
-// NewTokenBucket returns a TokenBucket enforcing limit (and any WithLimits).
-// Errors are as for NewGCRA.
-func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*TokenBucket, error) {
-	l, err := newLimiter(rdb, tokenBucketAlg, limit, opts, 1, 1, 0) // min, want, refund
-	if err != nil {
-		return nil, err
-	}
-	return &TokenBucket{l}, nil
-}
-
-// AllowN reports whether n tokens may be taken now for key, and takes them
-// if so. n == 0 peeks.
-func (b *TokenBucket) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if b.observed() {
-		return b.observedAllow(ctx, key, n, n, n, 0)
-	}
-	if err := b.check(key, n); err != nil {
-		return tierlimit.Result{}, err
-	}
-	res, _, err := b.call(ctx, key, n, n, 0)
-	return res, err
-}
-
-// Allow is shorthand for AllowN(ctx, key, 1).
-func (b *TokenBucket) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
-	return b.AllowN(ctx, key, 1)
-}
 
 // Claim asks Lease for between Min and Want tokens, after giving back Refund
 // unspent ones.
@@ -72,29 +41,43 @@ type Claim struct {
 // Min were available) and the Result of the claim: Allowed when granted >=
 // Min, with Remaining the tokens left in Redis and RetryAfter the wait until
 // Min are available. Granted tokens are debited in Redis before Lease returns.
-func (b *TokenBucket) Lease(ctx context.Context, key string, c Claim) (int64, tierlimit.Result, error) {
-	if err := b.checkClaim(key, c); err != nil {
+func (l *Limiter) Lease(ctx context.Context, key string, c Claim) (int64, tierlimit.Result, error) {
+	if err := l.checkClaim(key, c); err != nil {
 		return 0, tierlimit.Result{}, err
 	}
-	start := b.start()
-	res, granted, err := b.run(ctx, key, b.claimArgs(c))
-	b.reportCall("claim", start, err)
+	start := l.start()
+	res, granted, err := l.run(ctx, key, l.claimArgs(c))
+	l.reportCall("claim", start, err)
 	return granted, res, err
 }
 
-func (b *TokenBucket) checkClaim(key string, c Claim) error {
-	if err := b.check(key, c.Want); err != nil {
+func (l *Limiter) checkClaim(key string, c Claim) error {
+	if err := l.checkLease(); err != nil {
 		return err
 	}
-	if c.Min < 0 || c.Min > c.Want || c.Refund < 0 || c.Refund > b.maxN {
-		return fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
-			tierlimit.ErrInvalidCost, c, b.maxN)
+	if err := l.check(key, c.Want); err != nil {
+		return err
 	}
-	if b.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Refund != 0) {
+	if c.Min < 0 || c.Min > c.Want || c.Refund < 0 || c.Refund > l.maxN {
+		return fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
+			tierlimit.ErrInvalidCost, c, l.maxN)
+	}
+	if l.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Refund != 0) {
 		return fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0 and Refund 0",
 			tierlimit.ErrInvalidCost, c)
 	}
-	return b.checkHolder(c.Holder, c.Gen)
+	return l.checkHolder(c.Holder, c.Gen)
+}
+
+// errNoLease is returned by Lease, LeaseBatch and Refund on an algorithm
+// other than the token bucket.
+var errNoLease = errors.New("remote: only a token bucket leases")
+
+func (l *Limiter) checkLease() error {
+	if !l.alg.lease {
+		return errNoLease
+	}
+	return nil
 }
 
 // maxHolderLen bounds Claim.Holder and Refund.Holder.
@@ -102,11 +85,11 @@ const maxHolderLen = 64
 
 // checkHolder checks the holder of a claim or refund: named, with a
 // ledger; absent, without.
-func (b *TokenBucket) checkHolder(holder string, gen int64) error {
+func (l *Limiter) checkHolder(holder string, gen int64) error {
 	switch {
-	case !b.alg.holders && (holder != "" || gen != 0):
+	case !l.alg.holders && (holder != "" || gen != 0):
 		return fmt.Errorf("%w: remote: holder %q for a bucket without a lease ledger", tierlimit.ErrInvalidKey, holder)
-	case b.alg.holders && (holder == "" || len(holder) > maxHolderLen || gen < 0):
+	case l.alg.holders && (holder == "" || len(holder) > maxHolderLen || gen < 0):
 		return fmt.Errorf("%w: remote: a lease ledger needs a holder of 1 to %d bytes and Gen >= 0, not %q, %d",
 			tierlimit.ErrInvalidKey, maxHolderLen, holder, gen)
 	}
@@ -114,12 +97,12 @@ func (b *TokenBucket) checkHolder(holder string, gen int64) error {
 }
 
 // claimArgs returns the ARGV of claim c.
-func (b *TokenBucket) claimArgs(c Claim) []any {
+func (l *Limiter) claimArgs(c Claim) []any {
 	head := []int64{c.Min, c.Want, c.Refund}
-	if !b.alg.holders {
-		return b.args(head)
+	if !l.alg.holders {
+		return l.args(head)
 	}
-	return b.argsTail(head, []any{c.Gen, c.Held, c.Holder})
+	return l.argsTail(head, []any{c.Gen, c.Held, c.Holder})
 }
 
 // Refund gives N unspent tokens back to Key.
@@ -144,32 +127,35 @@ type Refund struct {
 // pipelined round trip (one per Cluster node). It returns the refunds that
 // failed, with the reasons joined in err; the others are applied. Bad input
 // fails all of them before any is sent.
-func (b *TokenBucket) Refund(ctx context.Context, refunds ...Refund) (failed []Refund, err error) {
+func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refund, err error) {
+	if err := l.checkLease(); err != nil {
+		return refunds, err
+	}
 	for _, r := range refunds {
-		if err := b.check(r.Key, r.N); err != nil {
+		if err := l.check(r.Key, r.N); err != nil {
 			return refunds, err
 		}
 		if len(r.ID) > 64 {
 			return refunds, fmt.Errorf("%w: remote: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
 		}
-		if err := b.checkHolder(r.Holder, r.Gen); err != nil {
+		if err := l.checkHolder(r.Holder, r.Gen); err != nil {
 			return refunds, err
 		}
 	}
-	cmds := b.pipeline(ctx, "refund", len(refunds), func(i int) ([]string, []any) {
+	cmds := l.pipeline(ctx, "refund", len(refunds), func(i int) ([]string, []any) {
 		r := &refunds[i]
-		keys := b.redisKeys(r.Key)
+		keys := l.Keys(r.Key)
 		if r.ID != "" {
 			tag := keyTag(r.Key)
 			// '!' after the tag, where every state key has ':': a marker
 			// never names the state of any user key.
-			keys = append(keys, b.bases[0]+string(tag[:])+"}!"+r.ID)
+			keys = append(keys, l.bases[0]+string(tag[:])+"}!"+r.ID)
 		}
 		head := []int64{0, 0, r.N}
-		if !b.alg.holders {
-			return keys, b.args(head)
+		if !l.alg.holders {
+			return keys, l.args(head)
 		}
-		return keys, b.argsTail(head, []any{r.Gen, -1, r.Holder})
+		return keys, l.argsTail(head, []any{r.Gen, -1, r.Holder})
 	})
 	var errs []error
 	for i, c := range cmds {
@@ -191,23 +177,23 @@ type Grant struct {
 // LeaseBatch runs claims[i] for keys[i], as Lease does, in one pipelined
 // round trip (one per Cluster node). Bad input fails every claim before any
 // is sent.
-func (b *TokenBucket) LeaseBatch(ctx context.Context, keys []string, claims []Claim) []Grant {
+func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim) []Grant {
 	grants := make([]Grant, len(claims))
 	for i, c := range claims {
-		if err := b.checkClaim(keys[i], c); err != nil {
+		if err := l.checkClaim(keys[i], c); err != nil {
 			for j := range grants {
 				grants[j].Err = err
 			}
 			return grants
 		}
 	}
-	cmds := b.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []any) {
-		return b.redisKeys(keys[i]), b.claimArgs(claims[i])
+	cmds := l.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []any) {
+		return l.Keys(keys[i]), l.claimArgs(claims[i])
 	})
 	for i, c := range cmds {
 		reply, err := c.Slice()
 		if err == nil {
-			grants[i].Result, grants[i].Granted, err = b.result(reply)
+			grants[i].Result, grants[i].Granted, err = l.result(reply)
 		}
 		grants[i].Err = err
 	}
@@ -219,24 +205,24 @@ func (b *TokenBucket) LeaseBatch(ctx context.Context, keys []string, claims []Cl
 // itself: the calls the server answered NOSCRIPT are sent again with EVAL,
 // and only those, so that none runs twice. The observer sees one call, op,
 // with the first error of the calls, if any.
-func (b *TokenBucket) pipeline(ctx context.Context, op string, n int, at func(int) ([]string, []any)) []*redis.Cmd {
-	start := b.start()
-	cmds := b.sendAgain(ctx, n, at)
-	if b.onCall != nil {
+func (l *Limiter) pipeline(ctx context.Context, op string, n int, at func(int) ([]string, []any)) []*redis.Cmd {
+	start := l.start()
+	cmds := l.sendAgain(ctx, n, at)
+	if l.onCall != nil {
 		var err error
 		for _, c := range cmds {
 			if err = c.Err(); err != nil {
 				break
 			}
 		}
-		b.reportCall(op, start, err)
+		l.reportCall(op, start, err)
 	}
 	return cmds
 }
 
 // sendAgain sends the calls, and again with EVAL those answered NOSCRIPT.
-func (b *TokenBucket) sendAgain(ctx context.Context, n int, at func(int) ([]string, []any)) []*redis.Cmd {
-	cmds := b.send(ctx, n, at, nil)
+func (l *Limiter) sendAgain(ctx context.Context, n int, at func(int) ([]string, []any)) []*redis.Cmd {
+	cmds := l.send(ctx, n, at, nil)
 	var again []int
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -244,7 +230,7 @@ func (b *TokenBucket) sendAgain(ctx context.Context, n int, at func(int) ([]stri
 		}
 	}
 	if len(again) > 0 {
-		for j, c := range b.send(ctx, n, at, again) {
+		for j, c := range l.send(ctx, n, at, again) {
 			cmds[again[j]] = c
 		}
 	}
@@ -252,16 +238,16 @@ func (b *TokenBucket) sendAgain(ctx context.Context, n int, at func(int) ([]stri
 }
 
 // send pipelines the calls with EVALSHA, or with EVAL those at index in only.
-func (b *TokenBucket) send(ctx context.Context, n int, at func(int) ([]string, []any), only []int) []*redis.Cmd {
+func (l *Limiter) send(ctx context.Context, n int, at func(int) ([]string, []any), only []int) []*redis.Cmd {
 	if only != nil {
 		n = len(only)
 	}
 	cmds := make([]*redis.Cmd, n)
-	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
-			run, j := b.alg.script.EvalSha, i
+			run, j := l.alg.script.EvalSha, i
 			if only != nil {
-				run, j = b.alg.script.Eval, only[i]
+				run, j = l.alg.script.Eval, only[i]
 			}
 			keys, args := at(j)
 			cmds[i] = run(ctx, p, keys, args...)

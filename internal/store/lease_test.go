@@ -1,4 +1,4 @@
-package remote
+package store
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 func TestLease(t *testing.T) {
 	b := miniBackend(t)
 	b.set(t0)
-	tb, err := NewTokenBucket(b.rdb, tierlimit.PerSecond(10))
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestLease(t *testing.T) {
 func TestRefundBatch(t *testing.T) {
 	b := miniBackend(t)
 	b.set(t0)
-	tb, err := NewTokenBucket(b.rdb, tierlimit.PerMinute(10))
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerMinute(10), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +99,8 @@ func TestRefundIdempotent(t *testing.T) {
 }
 
 func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {
-	for _, key := range suiteKeys {
-		tb, err := NewTokenBucket(rdb, tierlimit.PerHour(100))
+	for _, key := range tagKeys {
+		tb, err := New(rdb, TokenBucket, tierlimit.PerHour(100), Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,9 +135,9 @@ func TestNoScript(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client(t)
 	ctx := context.Background()
-	limits := []decider{}
-	for _, alg := range algorithms {
-		d, err := alg.new(rdb, tierlimit.PerMinute(1000))
+	var limits []*Limiter
+	for _, alg := range Algorithms {
+		d, err := New(rdb, alg, tierlimit.PerMinute(1000), Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,12 +151,12 @@ func TestNoScript(t *testing.T) {
 		}
 		for j, d := range limits {
 			if _, err := d.Allow(ctx, "k"); err != nil {
-				t.Fatalf("%s: Allow after SCRIPT FLUSH = %v", algorithms[j].name, err)
+				t.Fatalf("%s: Allow after SCRIPT FLUSH = %v", Algorithms[j].Name(), err)
 			}
 		}
 	}
 
-	tb, err := NewTokenBucket(rdb, tierlimit.PerHour(100))
+	tb, err := New(rdb, TokenBucket, tierlimit.PerHour(100), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,13 +177,13 @@ func TestNoScript(t *testing.T) {
 			t.Errorf("%s has %d after refund, want %d (a refund applied twice or lost)", k, r.Remaining, want)
 		}
 	}
-	assertTTLs(t, rdb)
+	redistest.CheckTTLs(t, rdb)
 }
 
 func TestLeaseBatch(t *testing.T) {
 	b := miniBackend(t)
 	b.set(t0)
-	tb, err := NewTokenBucket(b.rdb, tierlimit.PerHour(10))
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerHour(10), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

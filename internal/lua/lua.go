@@ -1,6 +1,8 @@
 // Package lua holds the Redis scripts of tierlimit, one .lua file each,
 // embedded and wrapped once in a *redis.Script (run with Script.Run: EVALSHA,
-// then EVAL on NOSCRIPT).
+// then EVAL on NOSCRIPT). It is internal: the scripts' KEYS, ARGV and
+// replies are a protocol between tierlimit's own packages (internal/store
+// speaks it), free to change between releases.
 //
 // Every script reads its time from the server (TIME) unless ARGV[1] carries
 // a client clock, keeps its keys in KEYS and computes in integer

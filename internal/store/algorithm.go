@@ -1,0 +1,123 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/lua"
+)
+
+// Algorithm describes one script: how its keys are named and what it is
+// told about each limit. The values are the package's variables.
+type Algorithm struct {
+	name     string // short name in Redis keys, e.g. "tb"
+	script   *redis.Script
+	keys     []string                    // key suffixes per limit, e.g. {""} or {":z", ":h"}
+	params   func(tierlimit.Limit) []any // per-limit ARGV
+	validate func(tierlimit.Limit) error // rules beyond Limit.Validate
+	capacity func(tierlimit.Limit) int64 // largest cost one call may ask
+	lease    bool                        // ARGV head is min, want, refund (the token bucket's)
+	holders  bool                        // ledger.lua: ARGV ends with a holder (tail)
+}
+
+// Name returns the algorithm's name as its Redis keys carry it: "tb",
+// "gcra", "fw", "aw", "sl" or "sw".
+func (a *Algorithm) Name() string { return a.name }
+
+// Suffixes returns what follows the user key in each of a limit's Redis
+// keys, in script order: "" for most, ":z" and ":h" for the sliding log.
+func (a *Algorithm) Suffixes() []string { return slices.Clone(a.keys) }
+
+// The algorithms, by the name their keys carry.
+var (
+	TokenBucket = &Algorithm{
+		name: "tb", script: lua.TokenBucket, keys: []string{""}, lease: true,
+		params: func(l tierlimit.Limit) []any {
+			unit, per := l.Scale()
+			return []any{unit, per, l.Capacity() * unit}
+		},
+		capacity: tierlimit.Limit.Capacity,
+	}
+	GCRA = &Algorithm{
+		name: "gcra", script: lua.GCRA, keys: []string{""},
+		params: func(l tierlimit.Limit) []any {
+			t := emission(l)
+			return []any{t, l.Capacity() * t}
+		},
+		capacity: tierlimit.Limit.Capacity,
+	}
+	FixedWindow    = windowAlg("fw", lua.FixedWindow, []string{""})
+	AnchoredWindow = windowAlg("aw", lua.AnchoredWindow, []string{""})
+	SlidingLog     = windowAlg("sl", lua.SlidingLog, []string{":z", ":h"})
+	SlidingWindow  = &Algorithm{
+		name: "sw", script: lua.SlidingWindow, keys: []string{""},
+		params: func(l tierlimit.Limit) []any {
+			p := l.PeriodMicros()
+			return []any{p, l.Rate, grain(l.Rate, p)}
+		},
+		validate: windowBurst,
+		capacity: rate,
+	}
+)
+
+// Algorithms lists every algorithm, the token bucket first.
+var Algorithms = []*Algorithm{TokenBucket, GCRA, FixedWindow, AnchoredWindow, SlidingLog, SlidingWindow}
+
+// ledger is the token bucket with a ledger of held leases (Config.Hold),
+// whose holders promise to spend nothing hold after their last grant. Its
+// state key is the token bucket's: the ledger is a hash beside it.
+func ledger(hold time.Duration) *Algorithm {
+	holdMicros := hold.Microseconds()
+	return &Algorithm{
+		name: "tb", script: lua.Ledger, keys: []string{"", ":held"}, lease: true, holders: true,
+		params: func(l tierlimit.Limit) []any {
+			return append(TokenBucket.params(l), holdMicros)
+		},
+		capacity: tierlimit.Limit.Capacity,
+	}
+}
+
+// noHolder is the ARGV tail of a ledger call that names no holder: gen 0,
+// held -1, holder "".
+var noHolder = []any{0, -1, ""}
+
+// emission is GCRA's interval between two events in µs, rounded up so that
+// GCRA never admits faster than the limit.
+func emission(l tierlimit.Limit) int64 {
+	p := l.PeriodMicros()
+	return (p + l.Rate - 1) / l.Rate
+}
+
+// grain returns the sliding window's weight grain in µs: the smallest q with
+// rate × (period / q) below 2^51, so that the script's products stay exact.
+func grain(rate, period int64) int64 {
+	q := int64(1)
+	for rate > (1<<51)/(period/q) {
+		q *= 2
+	}
+	return q
+}
+
+func windowAlg(name string, s *redis.Script, keys []string) *Algorithm {
+	return &Algorithm{
+		name: name, script: s, keys: keys,
+		params:   func(l tierlimit.Limit) []any { return []any{l.PeriodMicros(), l.Rate} },
+		validate: windowBurst,
+		capacity: rate,
+	}
+}
+
+func rate(l tierlimit.Limit) int64 { return l.Rate }
+
+// windowBurst rejects a Burst on window algorithms: they count Rate per
+// window and have no bucket.
+func windowBurst(l tierlimit.Limit) error {
+	if l.Burst != 0 && l.Burst != l.Rate {
+		return fmt.Errorf("%w: window algorithms admit Rate per Period and have no burst (got burst %d, rate %d)",
+			tierlimit.ErrInvalidLimit, l.Burst, l.Rate)
+	}
+	return nil
+}

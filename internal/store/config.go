@@ -1,0 +1,70 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// DefaultPrefix begins every Redis key unless Config.Prefix says otherwise.
+const DefaultPrefix = "tierlimit:"
+
+// MaxPrefixLen bounds Config.Prefix so that keys stay short.
+const MaxPrefixLen = 64
+
+// MaxHold bounds Config.Hold.
+const MaxHold = 2 * time.Hour
+
+// Config is what New needs beyond the algorithm and the limit. The zero
+// value uses DefaultPrefix and the server's clock, with no observer and no
+// ledger.
+type Config struct {
+	Prefix   string            // "" for DefaultPrefix; see CheckPrefix
+	Extra    []tierlimit.Limit // limits enforced together with New's
+	Clock    tierlimit.Clock   // nil: the server's TIME
+	Observer *tierlimit.Observer
+
+	// Hold, if not zero, gives a TokenBucket a ledger of the tokens leased
+	// to holders (Claim.Holder), kept Hold after a holder's last grant:
+	// the bucket refills only up to its capacity minus what they hold, so
+	// holders spending leased tokens admit what one bucket would. Between
+	// 1 ms and MaxHold; one limit only.
+	Hold time.Duration
+}
+
+// CheckPrefix reports whether prefix may begin Redis keys: at most
+// MaxPrefixLen bytes, no '{' or '}' (the library owns the hash tag). The
+// error wraps tierlimit.ErrInvalidOption.
+func CheckPrefix(prefix string) error {
+	if len(prefix) > MaxPrefixLen || strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("%w: prefix %q must be at most %d bytes without '{' or '}'",
+			tierlimit.ErrInvalidOption, prefix, MaxPrefixLen)
+	}
+	return nil
+}
+
+// CheckHold reports whether hold is a valid Config.Hold.
+func CheckHold(hold time.Duration) error {
+	if hold < time.Millisecond || hold > MaxHold {
+		return fmt.Errorf("%w: lease ledger hold %v must be between 1ms and %v",
+			tierlimit.ErrInvalidOption, hold, MaxHold)
+	}
+	return nil
+}
+
+func (c Config) check(alg *Algorithm) error {
+	if err := CheckPrefix(c.Prefix); err != nil {
+		return err
+	}
+	if c.Hold != 0 {
+		if err := CheckHold(c.Hold); err != nil {
+			return err
+		}
+		if alg != TokenBucket || len(c.Extra) > 0 {
+			return fmt.Errorf("%w: a lease ledger is for a token bucket of one limit", tierlimit.ErrInvalidOption)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/lua"
+)
+
+// A hybrid fleet is the instances of one limit (same prefix and limit):
+// each records itself in a sorted set in Redis every heartbeat, and the
+// number alive sets each one's share of the limit while Redis is down.
+
+// FleetKey returns the Redis key of the fleet of limit under prefix.
+func FleetKey(prefix string, limit tierlimit.Limit) string {
+	h := xxhash.Sum64String(fmt.Sprintf("%d/%d/%d", limit.Rate, limit.Capacity(), limit.Period))
+	return fmt.Sprintf("%sfleet:%016x", prefix, h)
+}
+
+// Heartbeat records instance id in the fleet at key for ttl (or, with
+// leave, takes it out) and returns the number of instances alive.
+func Heartbeat(ctx context.Context, rdb redis.UniversalClient, key, id string, ttl time.Duration, leave bool) (int64, error) {
+	flag := "0"
+	if leave {
+		flag = "1"
+	}
+	return lua.Heartbeat.Run(ctx, rdb, []string{key}, 0, id, ttl.Milliseconds(), flag).Int64()
+}

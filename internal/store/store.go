@@ -1,0 +1,352 @@
+// Package store runs tierlimit's Lua scripts (internal/lua) against Redis:
+// it names the Redis keys of a user key, builds each script's ARGV, reads
+// its reply into a tierlimit.Result, and speaks the token bucket's lease
+// protocol (Lease, LeaseBatch, Refund, the ledger of Config.Hold). remote
+// wraps a Limiter in each of its public limiters; hybrid leases through
+// one; cmd/tierlimit reads keys by the names Keys gives.
+package store
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/evict"
+)
+
+// Limiter runs one algorithm's script for some limits: key naming,
+// argument building, the script call and the reply. It is safe for
+// concurrent use.
+type Limiter struct {
+	rdb    redis.UniversalClient
+	alg    *Algorithm
+	limits []tierlimit.Limit
+	bases  []string // per key: prefix, algorithm, config hash, up to the hash tag
+	suffix []string // per key: what follows the user key
+	params []any    // per-limit ARGV, built once
+	clock  tierlimit.Clock
+	maxN   int64
+	tail   []any // ARGV after params of a call that names no holder (ledger.lua's)
+
+	// The observer's funcs (WithObserver), nil when not observed: the
+	// unobserved path reads no clock.
+	onDecision func(tierlimit.Decision)
+	onCall     func(tierlimit.RedisCall)
+
+	// watch follows the server's eviction settings: read at New, again
+	// about once a minute from a call's goroutine.
+	watch *evict.Watch
+
+	// oneArgs is the ARGV of the most common call (server clock, n = 1),
+	// built once: go-redis copies ARGV and never changes it, so every
+	// call may share it.
+	oneArgs []any
+}
+
+// New returns a Limiter of alg for limit (and cfg.Extra). It returns an
+// error wrapping tierlimit.ErrInvalidLimit for a bad limit and
+// tierlimit.ErrInvalidOption for a nil client or a bad cfg. It reads the
+// server's eviction settings (Eviction) within a second.
+func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: remote: nil redis client", tierlimit.ErrInvalidOption)
+	}
+	l, err := build(alg, limit, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.rdb = rdb
+	var onEviction func(tierlimit.EvictionRisk)
+	if o := cfg.Observer; o != nil {
+		l.onDecision, l.onCall, onEviction = o.Decision, o.RedisCall, o.Eviction
+	}
+	l.watch = evict.NewWatch(rdb, onEviction)
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	defer cancel()
+	l.watch.Check(ctx)
+	return l, nil
+}
+
+// KeysOf returns the Redis keys, in script order, that a Limiter of alg,
+// limit and cfg uses for key: what New(rdb, alg, limit, cfg).Keys(key)
+// returns, without a client. Errors are New's, and ErrInvalidKey.
+func KeysOf(alg *Algorithm, limit tierlimit.Limit, cfg Config, key string) ([]string, error) {
+	l, err := build(alg, limit, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := tierlimit.CheckKey(key); err != nil {
+		return nil, err
+	}
+	return l.Keys(key), nil
+}
+
+// build checks cfg and the limits, and lays out a Limiter's keys and ARGV.
+func build(alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) {
+	if err := cfg.check(alg); err != nil {
+		return nil, fmt.Errorf("remote: %w", err)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.Hold != 0 {
+		alg = ledger(cfg.Hold)
+	}
+	l := &Limiter{alg: alg, clock: cfg.Clock, limits: append([]tierlimit.Limit{limit}, cfg.Extra...)}
+	if alg.holders {
+		l.tail = noHolder
+	}
+	l.maxN = -1
+	for _, lim := range l.limits {
+		if err := lim.Validate(); err != nil {
+			return nil, fmt.Errorf("remote: %s: %w", alg.name, err)
+		}
+		if alg.validate != nil {
+			if err := alg.validate(lim); err != nil {
+				return nil, fmt.Errorf("remote: %s: %w", alg.name, err)
+			}
+		}
+		if c := alg.capacity(lim); l.maxN < 0 || c < l.maxN {
+			l.maxN = c
+		}
+		l.params = append(l.params, alg.params(lim)...)
+		base := cfg.Prefix + alg.name + ":" + configHash(alg.name, lim) + ":{"
+		for _, s := range alg.keys {
+			l.bases = append(l.bases, base)
+			l.suffix = append(l.suffix, s)
+		}
+	}
+	l.oneArgs = l.args(l.head(1))
+	return l, nil
+}
+
+// evictionCheckTimeout bounds a reading of the server's eviction settings.
+const evictionCheckTimeout = time.Second
+
+// Eviction returns what the Redis server said about evicting keys when last
+// read: at New, then about once a minute while the limiter is used.
+func (l *Limiter) Eviction() tierlimit.EvictionRisk { return l.watch.Last() }
+
+// checkEviction reads the eviction settings again on a goroutine of its
+// own (bounded by evictionCheckTimeout) when they are due.
+func (l *Limiter) checkEviction() {
+	if !l.watch.Due(time.Now()) {
+		return
+	}
+	go func() {
+		defer l.watch.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+		defer cancel()
+		l.watch.Check(ctx)
+	}()
+}
+
+// redisErr wraps an error of a Redis call made for op: with
+// tierlimit.ErrMisconfigured too when Redis refuses the limiter's commands.
+func (l *Limiter) redisErr(op string, err error) error {
+	if tierlimit.Misconfigured(err) {
+		return fmt.Errorf("remote: %s: %w: %w", op, tierlimit.ErrMisconfigured, err)
+	}
+	return fmt.Errorf("remote: %s: %w", op, err)
+}
+
+// args builds ARGV: the clock, head, then the limits' parameters.
+func (l *Limiter) args(head []int64) []any { return l.argsTail(head, l.tail) }
+
+// argsTail is args with tail after the params, instead of l.tail.
+func (l *Limiter) argsTail(head []int64, tail []any) []any {
+	args := make([]any, 0, 1+len(head)+len(l.params)+len(tail))
+	args = append(args, l.now())
+	for _, h := range head {
+		args = append(args, h)
+	}
+	return append(append(args, l.params...), tail...)
+}
+
+// configHash names a limit's configuration in its keys, so that changing a
+// limit never reads state written under another.
+func configHash(alg string, l tierlimit.Limit) string {
+	s := alg + "/" + strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(l.PeriodMicros(), 10) +
+		"/" + strconv.FormatInt(l.Capacity(), 10)
+	return strconv.FormatUint(xxhash.Sum64String(s)&0xffffffff, 36)
+}
+
+// keyTag is the Cluster hash tag of a user key: a hash, so that no byte of the
+// key can move or split its slot.
+func keyTag(key string) [16]byte {
+	var sum [8]byte
+	h := xxhash.Sum64String(key)
+	for i := range sum {
+		sum[i] = byte(h >> (56 - 8*i))
+	}
+	var tag [16]byte
+	hex.Encode(tag[:], sum[:])
+	return tag
+}
+
+// Keys returns the Redis keys of a user key, in script order. It does not
+// check the key.
+func (l *Limiter) Keys(key string) []string {
+	tag := keyTag(key)
+	keys := make([]string, len(l.bases))
+	for i, b := range l.bases {
+		keys[i] = b + string(tag[:]) + "}:" + key + l.suffix[i]
+	}
+	return keys
+}
+
+// now returns the client clock in µs for ARGV[1], or 0 for the server's TIME.
+func (l *Limiter) now() int64 {
+	if l.clock == nil {
+		return 0
+	}
+	return l.clock.Now().UnixMicro()
+}
+
+// check validates a key and a cost.
+func (l *Limiter) check(key string, n int64) error {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	if n < 0 || n > l.maxN {
+		return fmt.Errorf("%w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.maxN)
+	}
+	return nil
+}
+
+// AllowN reports whether n events may happen now for key, and charges them
+// if so. n == 0 peeks: it charges nothing and is always allowed, with
+// Remaining telling what is left.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if l.observed() {
+		return l.observedAllow(ctx, key, n)
+	}
+	if err := l.check(key, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	res, _, err := l.call(ctx, key, n)
+	return res, err
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// Reset forgets key's state under every limit: the key is back to full capacity.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	start := l.start()
+	err := l.rdb.Del(ctx, l.Keys(key)...).Err()
+	l.reportCall("reset", start, err)
+	if err != nil {
+		return l.redisErr("reset", err)
+	}
+	return nil
+}
+
+func (l *Limiter) observed() bool { return l.onDecision != nil || l.onCall != nil }
+
+// observedAllow is AllowN when observed: it reports the Redis call and, if
+// it succeeded, the decision.
+func (l *Limiter) observedAllow(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	start := time.Now()
+	if err := l.check(key, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	res, _, err := l.call(ctx, key, n)
+	lat := time.Since(start)
+	if l.onCall != nil {
+		l.onCall(tierlimit.RedisCall{Op: "allow", Latency: lat, Err: err})
+	}
+	if err == nil && l.onDecision != nil {
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n, Latency: lat})
+	}
+	return res, err
+}
+
+// start returns the time a Redis call starts, for reportCall; the zero
+// time when no one observes calls. Latency is measured on the local
+// monotonic clock, whatever clock decides.
+func (l *Limiter) start() time.Time {
+	if l.onCall == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// reportCall reports a Redis call that began at start, if observed.
+func (l *Limiter) reportCall(op string, start time.Time, err error) {
+	if l.onCall != nil {
+		l.onCall(tierlimit.RedisCall{Op: op, Latency: time.Since(start), Err: err})
+	}
+}
+
+// call decides a cost of n for key and returns the result.
+func (l *Limiter) call(ctx context.Context, key string, n int64) (tierlimit.Result, int64, error) {
+	args := l.oneArgs
+	if l.clock != nil || n != 1 {
+		args = l.args(l.head(n))
+	}
+	return l.run(ctx, key, args)
+}
+
+// head returns the ARGV after the clock of a decision of cost n: the cost,
+// or for the token bucket a claim of exactly n with no refund.
+func (l *Limiter) head(n int64) []int64 {
+	if l.alg.lease {
+		return []int64{n, n, 0} // min, want, refund
+	}
+	return []int64{n}
+}
+
+// run runs the script for key with ARGV args.
+func (l *Limiter) run(ctx context.Context, key string, args []any) (tierlimit.Result, int64, error) {
+	l.checkEviction()
+	reply, err := l.alg.script.Run(ctx, l.rdb, l.Keys(key), args...).Slice()
+	if err != nil {
+		return tierlimit.Result{}, 0, l.redisErr(l.alg.name, err)
+	}
+	return l.result(reply)
+}
+
+// result folds a script reply {allowed, granted, per limit: remaining,
+// retry_us, reset_us} into one Result: the most restrictive limit decides.
+func (l *Limiter) result(reply []any) (tierlimit.Result, int64, error) {
+	if len(reply) != 2+3*len(l.limits) {
+		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: reply of %d values, want %d",
+			l.alg.name, len(reply), 2+3*len(l.limits))
+	}
+	at := func(i int) int64 {
+		v, _ := reply[i].(int64) // the scripts reply integers only
+		return v
+	}
+	res := tierlimit.Result{Allowed: at(0) == 1, Source: tierlimit.SourceRemote, Remaining: -1}
+	var worstRetry int64 = -1
+	for i, lim := range l.limits {
+		rem := min(max(at(2+3*i), 0), l.alg.capacity(lim))
+		retry, reset := max(at(3+3*i), 0), max(at(4+3*i), 0)
+		if res.Allowed && (res.Remaining < 0 || rem < res.Remaining) {
+			res.Limit = lim
+		}
+		if !res.Allowed && retry > worstRetry {
+			worstRetry = retry
+			res.Limit = lim
+			res.RetryAfter = micros(retry)
+		}
+		if res.Remaining < 0 || rem < res.Remaining {
+			res.Remaining = rem
+		}
+		res.ResetAfter = max(res.ResetAfter, micros(reset))
+	}
+	return res, at(1), nil
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
