@@ -274,9 +274,14 @@ func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
 	return d
 }
 
-// entry returns key's entry, creating and caching it if needed.
+// entry returns key's entry: the cached one, else the one ristretto
+// dropped that the table still follows, else a new one, cached if
+// ristretto admits it.
 func (l *Limiter) entry(key string) *entry {
 	if e, ok := l.lookup(key); ok {
+		return e
+	}
+	if e, ok := l.keys.droppedFor(key); ok {
 		return e
 	}
 	e := &entry{key: key, stripe: uint8(keyHash(key))}

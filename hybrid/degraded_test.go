@@ -564,3 +564,64 @@ func TestFallbackStartsFromTheKeysState(t *testing.T) {
 		t.Errorf("stats %+v: want %d charged back, what the fallback admitted, and the ledger balanced", st, fellBack)
 	}
 }
+
+// TestFallbackBeyondMaxKeys: in an outage, keys that ristretto will not
+// hold (ten times WithMaxKeys) still get one fallback bucket each, not one
+// per decision, and the table follows about one dropped entry per key,
+// however many decisions; new debts stop at WithMaxKeys dropped entries
+// (the keys past that are denied); when Redis answers again, their debts are
+// charged and the table forgets them.
+func TestFallbackBeyondMaxKeys(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerHour(5)
+	const maxKeys, keys, calls = 10, 100, 20
+	l := e.limiter(t, limit, WithMaxKeys(maxKeys), WithLeaseBounds(1, 1), WithProbeInterval(20*time.Millisecond))
+	heal := e.outage()
+	for i := 0; l.Stats().BreakerOpens == 0; i++ {
+		if i == 100 {
+			t.Fatal("the breaker did not open in the outage")
+		}
+		l.Allow(e.ctx, "trip"+strconv.Itoa(i))
+	}
+	for k := range keys {
+		key := "k" + strconv.Itoa(k)
+		admitted := 0
+		for range calls {
+			r, err := l.Allow(e.ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				admitted++
+			}
+		}
+		if admitted > int(limit.Capacity()) {
+			t.Errorf("%s: the fallback admitted %d of %d, want at most %d (one bucket per key)", key, admitted, calls, limit.Capacity())
+		}
+	}
+	if n := len(l.keys.droppedNow()); n > keys+maxKeys {
+		t.Errorf("the table follows %d dropped entries after %d decisions on %d keys, want at most %d", n, keys*calls, keys, keys+maxKeys)
+	}
+	owing := 0
+	for _, e := range l.keys.droppedNow() {
+		if e.owed.Load() > 0 {
+			owing++
+		}
+	}
+	if owing > 2*maxKeys { // the cached entries may owe too, and be dropped later
+		t.Errorf("%d dropped entries owe Redis, want at most twice WithMaxKeys, %d", owing, 2*maxKeys)
+	}
+	heal()
+	waitFor(t, "the breaker to close", func() bool {
+		l.Allow(e.ctx, "probe")
+		return l.Stats().Breaker == tierlimit.BreakerClosed
+	})
+	if err := l.refundHeld(e.clock.Now(), true); err != nil {
+		t.Fatal(err)
+	}
+	l.chargeBack(l.keys.holding())
+	l.refundHeld(e.clock.Now(), true) // forgets the dropped entries charged
+	if n := len(l.keys.droppedNow()); n != 0 {
+		t.Errorf("the table follows %d dropped entries after the charge-back, want 0", n)
+	}
+}

@@ -152,6 +152,16 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 	}
 	now := l.cfg.clock.Now()
 	e := l.entry(key)
+	if e.owed.Load() == 0 && l.keys.droppedLen() >= l.cfg.maxKeys {
+		// The table follows WithMaxKeys dropped entries already: it cannot
+		// follow one more debt (G6), and a bucket forgotten at every call
+		// would admit without bound (G1). Deny, as a key known to be
+		// blocked is.
+		return l.record(tierlimit.Result{
+			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
+			ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+		}, e.stripe), nil
+	}
 	fb := l.fallbackOf(e, now)
 	res := xrate.Decide(fb.limit, fb.every, fb.burst, fb.lim, now, n)
 	res.Source = tierlimit.SourceFallback

@@ -51,8 +51,12 @@ type entry struct {
 //     (BenchmarkAllowLease); about one spend in touchEvery also reads
 //     ristretto (touch), so that its frequency sketch sees the hot keys;
 //   - dropped, the entries ristretto evicted or refused that may still hold
-//     tokens (a claim in flight may land some after the drop): the janitor
-//     refunds them, and forgets each once it holds none;
+//     tokens (a claim in flight may land some after the drop) or owe some
+//     to Redis: the janitor refunds or charges them, and forgets each once
+//     it holds and owes none. A key whose entry is dropped keeps using it
+//     (lastDropped) rather than making one per call, so that its lease,
+//     its fallback bucket and its debt stay in one place, and dropped
+//     holds at most about one entry per key;
 //   - gate, which Close shuts before it closes ristretto: ristretto's Get,
 //     Set and Del may panic or block once its Close has begun.
 //
@@ -64,8 +68,9 @@ type table struct {
 	hot   []atomic.Pointer[entry]
 	gate  gate.Gate
 
-	mu      sync.Mutex
-	dropped map[*entry]struct{}
+	mu          sync.Mutex
+	dropped     map[*entry]struct{}
+	lastDropped map[string]*entry // per key, its entry last dropped, while in dropped
 }
 
 // maxHotSlots bounds the front table (128 KiB of pointers); it was sized by
@@ -78,7 +83,7 @@ const maxHotSlots = 1 << 14
 const touchEvery = 64
 
 func newTable(maxKeys int64) (*table, error) {
-	t := &table{hot: make([]atomic.Pointer[entry], hotSlots(maxKeys)), dropped: make(map[*entry]struct{})}
+	t := &table{hot: make([]atomic.Pointer[entry], hotSlots(maxKeys)), dropped: make(map[*entry]struct{}), lastDropped: make(map[string]*entry)}
 	var err error
 	t.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        maxKeys * 10,
@@ -167,7 +172,17 @@ func (t *table) drop(item *ristretto.Item[*entry]) {
 func (t *table) keep(e *entry) {
 	t.mu.Lock()
 	t.dropped[e] = struct{}{}
+	t.lastDropped[e.key] = e
 	t.mu.Unlock()
+}
+
+// droppedFor returns key's entry that ristretto dropped, if the table still
+// follows one and Reset has not made it stale.
+func (t *table) droppedFor(key string) (*entry, bool) {
+	t.mu.Lock()
+	e, ok := t.lastDropped[key]
+	t.mu.Unlock()
+	return e, ok && !e.stale.Load()
 }
 
 // holding returns every entry that holds tokens or owes some to Redis:
@@ -194,6 +209,13 @@ func (t *table) cached() []*entry {
 	return out
 }
 
+// droppedLen returns the number of dropped entries the table follows.
+func (t *table) droppedLen() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return int64(len(t.dropped))
+}
+
 func (t *table) droppedNow() []*entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -212,6 +234,9 @@ func (t *table) forget(e *entry) {
 	t.mu.Lock()
 	if e.tokens.Load() == 0 && e.owed.Load() == 0 {
 		delete(t.dropped, e)
+		if t.lastDropped[e.key] == e {
+			delete(t.lastDropped, e.key)
+		}
 	}
 	t.mu.Unlock()
 }
