@@ -56,11 +56,19 @@ func Misconfigured(err error) bool {
 	if errors.Is(err, ErrMisconfigured) {
 		return true
 	}
-	// The Redis reply may be wrapped: look at every error in the chain.
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		msg := e.Error()
-		for _, p := range misconfigPrefixes {
-			if strings.HasPrefix(msg, p) {
+	// The Redis reply may be wrapped, alone or with others (%w twice,
+	// errors.Join): look at every error in the tree.
+	for _, p := range misconfigPrefixes {
+		if strings.HasPrefix(err.Error(), p) {
+			return true
+		}
+	}
+	switch e := err.(type) {
+	case interface{ Unwrap() error }:
+		return Misconfigured(e.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if Misconfigured(inner) {
 				return true
 			}
 		}
