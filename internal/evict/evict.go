@@ -137,17 +137,27 @@ type Watch struct {
 	have bool
 }
 
+// errNotRead is the Err of a Watch's risk before its first check.
+var errNotRead = errors.New("not read yet")
+
 // NewWatch returns a Watch of rdb reporting to report (may be nil).
 func NewWatch(rdb redis.UniversalClient, report func(tierlimit.EvictionRisk)) *Watch {
-	return &Watch{rdb: rdb, report: report}
+	return &Watch{rdb: rdb, report: report, last: tierlimit.EvictionRisk{Err: errNotRead}}
 }
 
-// Last returns the last reading (the zero value, with a nil Err, before
-// the first one).
+// Last returns the last reading: unknown before the first check, and
+// after a first check that could not reach Redis.
 func (w *Watch) Last() tierlimit.EvictionRisk {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.last
+}
+
+// Checked reports whether a check has reported a risk.
+func (w *Watch) Checked() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.have
 }
 
 // Due reports whether a check is due at now, and if so claims it: the
@@ -164,9 +174,17 @@ func (w *Watch) Check(ctx context.Context) tierlimit.EvictionRisk {
 	r, err := Read(ctx, w.rdb)
 	if err != nil {
 		w.next.Store(time.Now().Add(retry).UnixNano())
-		return w.Last()
+		// A Redis that did not answer says nothing of its settings: the
+		// last reading stands, and before any, the risk is unknown, and
+		// said so once (a server slow or down at New is not reported
+		// safe).
+		if w.Checked() {
+			return w.Last()
+		}
+		r = tierlimit.EvictionRisk{Err: fmt.Errorf("redis did not answer INFO: %w", err)}
+	} else {
+		w.next.Store(time.Now().Add(Every).UnixNano())
 	}
-	w.next.Store(time.Now().Add(Every).UnixNano())
 	w.mu.Lock()
 	prev, had := w.last, w.have
 	w.last, w.have = r, true

@@ -1,10 +1,14 @@
 package evict
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
 func TestParse(t *testing.T) {
@@ -64,5 +68,49 @@ func TestMerge(t *testing.T) {
 				t.Errorf("merge = %+v, want policy %q, known %v, %d evicted", got, tt.policy, tt.known, evicted)
 			}
 		})
+	}
+}
+
+// TestWatchUnreachable: a server that does not answer at the first check
+// is reported once as an unknown risk, never as a safe one; its first
+// answer is reported; a later silence leaves the last reading standing.
+func TestWatchUnreachable(t *testing.T) {
+	m, _ := redistest.Mini(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Microsecond})
+	t.Cleanup(func() { rdb.Close() })
+	m.Close() // down at the first check
+	var reports []tierlimit.EvictionRisk
+	w := NewWatch(rdb, func(r tierlimit.EvictionRisk) { reports = append(reports, r) })
+	if r := w.Last(); r.Known() {
+		t.Errorf("Last before any check = %v, want unknown", r)
+	}
+	ctx := context.Background()
+	steps := []struct {
+		name    string
+		up      bool
+		known   bool
+		reports int
+	}{
+		{"down at the first check", false, false, 1},
+		{"still down", false, false, 1},
+		{"answers", true, true, 2},
+		{"down again", false, true, 2},
+	}
+	for _, s := range steps {
+		if s.up {
+			if err := m.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		} else if s.name == "down again" {
+			m.Close()
+		}
+		r := w.Check(ctx)
+		if r.Known() != s.known || w.Last().Known() != s.known || len(reports) != s.reports {
+			t.Errorf("%s: Check = %v (known %v), %d reports; want known %v, %d reports",
+				s.name, r, r.Known(), len(reports), s.known, s.reports)
+		}
+	}
+	if len(reports) > 0 && reports[0].Known() {
+		t.Errorf("first report = %v, want an unknown risk", reports[0])
 	}
 }
