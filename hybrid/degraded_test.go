@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -623,5 +625,50 @@ func TestFallbackBeyondMaxKeys(t *testing.T) {
 	l.refundHeld(e.clock.Now(), true) // forgets the dropped entries charged
 	if n := len(l.keys.droppedNow()); n != 0 {
 		t.Errorf("the table follows %d dropped entries after the charge-back, want 0", n)
+	}
+}
+
+// TestReplicaAtRunTime: a server that becomes a read-only replica after
+// New (a failover the client did not follow) answers READONLY, which
+// go-redis retries for longer than a decision's budget: the heartbeat,
+// which waits longer, finds the misconfiguration, and decisions return
+// ErrMisconfigured within a few heartbeats rather than falling back
+// silently (G4). With default options and go-redis's default client.
+func TestReplicaAtRunTime(t *testing.T) {
+	primary, other := redistest.Start(t), redistest.Start(t)
+	rdb := primary.Client(t)
+	ctx := context.Background()
+	l, err := New(rdb, tierlimit.PerSecond(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Allow(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	admin := primary.Client(t)
+	host, port, _ := strings.Cut(other.Addr, ":")
+	if err := admin.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "REPLICAOF", "NO", "ONE")
+	var misconfigured, silent int
+	deadline := time.Now().Add(5 * DefaultHeartbeat)
+	for i := 0; time.Now().Before(deadline) && misconfigured < 20; i++ {
+		_, err := l.Allow(ctx, "k"+strconv.Itoa(i))
+		switch {
+		case errors.Is(err, tierlimit.ErrMisconfigured):
+			misconfigured++
+		case err != nil:
+			t.Fatalf("Allow = %v, want nil or ErrMisconfigured", err)
+		default:
+			silent++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("after REPLICAOF: %d decisions before the first ErrMisconfigured; stats %+v", silent, l.Stats())
+	if misconfigured < 20 {
+		t.Errorf("%d decisions returned ErrMisconfigured within %v of REPLICAOF, want every one after the next heartbeat",
+			misconfigured, 5*DefaultHeartbeat)
 	}
 }

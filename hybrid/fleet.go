@@ -56,17 +56,26 @@ func (l *Limiter) heartbeats() {
 			l.beat(true, l.cfg.callBudget)
 			return
 		case <-t.C:
-			l.beat(false, l.cfg.callBudget)
+			l.beat(false, max(l.cfg.callBudget, probeTimeout))
 		}
 	}
 }
 
-// beat sends one heartbeat (or the leaving one) within timeout and applies
-// the count.
-func (l *Limiter) beat(leave bool, timeout time.Duration) error {
+// beat sends one heartbeat (or the leaving one), waits up to wait for
+// Redis's answer, and applies the count. Nobody waits on a beat, so it may
+// wait longer than a decision's budget (a slower answer is still counted
+// as a failed call when the budget runs out): a reply that go-redis
+// retries for longer than the budget, READONLY from a replica say, then
+// shows a misconfiguration rather than an outage. It beats while the
+// breaker holds calls back too, for the same reason, without telling it.
+func (l *Limiter) beat(leave bool, wait time.Duration) error {
+	send := l.call
+	if l.brk.current() != tierlimit.BreakerClosed {
+		send = l.callAnyway
+	}
 	var n int64
-	ev, err := l.call("heartbeat", timeout, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ev, err := send("heartbeat", l.cfg.callBudget, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		var err error
 		n, err = store.Heartbeat(ctx, l.rdb, l.fleet, l.id, 3*l.cfg.heartbeat, leave)
