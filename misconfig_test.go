@@ -10,6 +10,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,9 @@ func TestMisconfigurationMatrix(t *testing.T) {
 		{"noevalsha", "on", ">pw", "~*", "+@all", "-evalsha"},
 		{"noscripts", "on", ">pw", "~*", "+@all", "-evalsha", "-eval"},
 		{"nowrite", "on", ">pw", "~other:*", "+@all"},
+		// Every command, scripts included, but the keys read-only: the
+		// one thing missing is write on the prefix.
+		{"readkeys", "on", ">pw", "%R~*", "+@all"},
 	} {
 		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER"}, toAny(acl)...)...).Err(); err != nil {
 			t.Fatal(err)
@@ -80,28 +84,54 @@ func TestMisconfigurationMatrix(t *testing.T) {
 	}
 	noEvalSha := redistest.Start(t, "--rename-command", "EVALSHA", "")
 	noScripts := redistest.Start(t, "--rename-command", "EVALSHA", "", "--rename-command", "EVAL", "")
+	// EVAL renamed alone: go-redis falls back to EVAL only on NOSCRIPT, so
+	// this cell is the server whose script cache is empty (fresh, restarted
+	// or after SCRIPT FLUSH). Had an operator loaded the scripts by hand,
+	// EVALSHA would run them: no misconfiguration until the next restart.
+	// Nothing here can load a script (the limiters send them with EVAL, and
+	// EVAL is gone), and each subtest checks the cache is empty.
+	noEval := redistest.Start(t, "--rename-command", "EVAL", "")
+	noEvalAdmin := noEval.Client(t)
 	primary := redistest.Start(t)
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
 	full := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	fill(t, full.Client(t))
 
+	emptyScriptCache := func(t *testing.T) {
+		info, err := noEvalAdmin.Info(ctx, "memory").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := infoField(t, info, "number_of_cached_scripts"); n != 0 {
+			t.Fatalf("%d scripts cached on the server without EVAL, want 0: EVALSHA would not get NOSCRIPT", n)
+		}
+	}
+
 	setups := []struct {
 		name string
 		opts redis.Options
+		// before, if set, checks the server is in the state the cell
+		// describes.
+		before func(t *testing.T)
 	}{
-		{"EVALSHA renamed away", redis.Options{Addr: noEvalSha.Addr}},
-		{"EVALSHA and EVAL renamed away", redis.Options{Addr: noScripts.Addr}},
-		{"user without EVALSHA", redis.Options{Addr: protected.Addr, Username: "noevalsha", Password: "pw"}},
-		{"user without scripts", redis.Options{Addr: protected.Addr, Username: "noscripts", Password: "pw"}},
-		{"user without write on the prefix", redis.Options{Addr: protected.Addr, Username: "nowrite", Password: "pw"}},
-		{"no password", redis.Options{Addr: protected.Addr}},
-		{"wrong password", redis.Options{Addr: protected.Addr, Password: "wrong"}},
-		{"read-only replica", redis.Options{Addr: replica.Addr}},
-		{"full under noeviction", redis.Options{Addr: full.Addr}},
+		{"EVALSHA renamed away", redis.Options{Addr: noEvalSha.Addr}, nil},
+		{"EVALSHA and EVAL renamed away", redis.Options{Addr: noScripts.Addr}, nil},
+		{"EVAL renamed away, no script cached", redis.Options{Addr: noEval.Addr}, emptyScriptCache},
+		{"user without EVALSHA", redis.Options{Addr: protected.Addr, Username: "noevalsha", Password: "pw"}, nil},
+		{"user without scripts", redis.Options{Addr: protected.Addr, Username: "noscripts", Password: "pw"}, nil},
+		{"user without write on the prefix", redis.Options{Addr: protected.Addr, Username: "nowrite", Password: "pw"}, nil},
+		{"user with read-only keys", redis.Options{Addr: protected.Addr, Username: "readkeys", Password: "pw"}, nil},
+		{"no password", redis.Options{Addr: protected.Addr}, nil},
+		{"wrong password", redis.Options{Addr: protected.Addr, Password: "wrong"}, nil},
+		{"read-only replica", redis.Options{Addr: replica.Addr}, nil},
+		{"full under noeviction", redis.Options{Addr: full.Addr}, nil},
 	}
 	for _, s := range setups {
 		for _, tier := range redisTiers() {
 			t.Run(s.name+"/"+tier.name, func(t *testing.T) {
+				if s.before != nil {
+					s.before(t)
+				}
 				opts := s.opts
 				rdb := redis.NewClient(&opts)
 				defer rdb.Close()
@@ -162,71 +192,127 @@ func toAny(s []string) []any {
 	return out
 }
 
-// TestMisconfiguredAtRunTime: a fleet of three hybrid limiters whose user
-// loses the right to run scripts while they run. Every decision that needs
-// Redis is then an error wrapping ErrMisconfigured, not a fallback decision;
-// the fleet's count stays at three; and once the right is given back, the
-// limiters decide again without errors.
+// TestMisconfiguredAtRunTime: a fleet of three hybrid limiters whose Redis
+// set-up breaks while they run: their user loses the right to run scripts
+// or to write the keys, its password changes (and its connections are
+// dropped, as a rotation or a restart does), it is deleted, or the server
+// fills up under noeviction. Every decision that needs Redis is then an
+// error wrapping ErrMisconfigured, not a fallback decision; the fleet's
+// count stays at three, though the failed heartbeats let every member's
+// record expire; and once the set-up is mended, the limiters decide again
+// without errors.
 func TestMisconfiguredAtRunTime(t *testing.T) {
-	ctx := context.Background()
-	s := redistest.Start(t, "--requirepass", "secret")
-	admin := s.Client(t)
-	setUser := func(rules ...string) {
-		t.Helper()
-		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "app"}, toAny(rules)...)...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setUser("on", ">pw", "~*", "+@all")
-	limit := tierlimit.PerSecond(1000)
-	var fleet []*hybrid.Limiter
-	for range 3 {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "app", Password: "pw"})
-		defer rdb.Close()
-		l, err := hybrid.New(rdb, limit, hybrid.WithHeartbeat(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		fleet = append(fleet, l)
-	}
-	// Every member has seen the others (a loaded machine may take a few
-	// beats).
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		seen := 0
-		for _, l := range fleet {
-			if l.Stats().Instances == 3 {
-				seen++
+	type change func(t *testing.T, ctx context.Context, admin *redis.Client)
+	setUser := func(rules ...string) change {
+		return func(t *testing.T, ctx context.Context, admin *redis.Client) {
+			t.Helper()
+			if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "app"}, toAny(rules)...)...).Err(); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if seen == len(fleet) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 3 members count 3 instances 10 s after New, want all", seen)
+	}
+	do := func(args ...any) change {
+		return func(t *testing.T, ctx context.Context, admin *redis.Client) {
+			t.Helper()
+			if err := admin.Do(ctx, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	both := func(a, b change) change {
+		return func(t *testing.T, ctx context.Context, admin *redis.Client) {
+			t.Helper()
+			a(t, ctx, admin)
+			b(t, ctx, admin)
+		}
+	}
+	for _, tt := range []struct {
+		name        string
+		spoil, mend change
+	}{
+		{"scripts revoked", setUser("-evalsha", "-eval"), setUser("+evalsha", "+eval")},
+		{"write on the keys revoked", setUser("resetkeys", "%R~*"), setUser("resetkeys", "~*")},
+		{"password changed", both(setUser("resetpass", ">other"), do("CLIENT", "KILL", "USER", "app")), setUser("resetpass", ">pw")},
+		// ACL DELUSER drops the user's connections itself.
+		{"user deleted", do("ACL", "DELUSER", "app"), setUser("on", ">pw", "~*", "+@all")},
+		{"full under noeviction", func(t *testing.T, _ context.Context, admin *redis.Client) { fill(t, admin) },
+			do("CONFIG", "SET", "maxmemory", "0")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := redistest.Start(t, "--requirepass", "secret", "--maxmemory-policy", "noeviction")
+			admin := s.Client(t)
+			setUser("on", ">pw", "~*", "+@all")(t, ctx, admin)
+			limit := tierlimit.PerSecond(1000)
+			var fleet []*hybrid.Limiter
+			var failedBeats [3]atomic.Int64
+			for i := range 3 {
+				rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "app", Password: "pw"})
+				defer rdb.Close()
+				o := &tierlimit.Observer{RedisCall: func(rc tierlimit.RedisCall) {
+					if rc.Op == "heartbeat" && rc.Err != nil {
+						failedBeats[i].Add(1)
+					}
+				}}
+				l, err := hybrid.New(rdb, limit, hybrid.WithHeartbeat(50*time.Millisecond), hybrid.WithObserver(o))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				fleet = append(fleet, l)
+			}
+			// Every member has seen the others (a loaded machine may take
+			// a few beats).
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				seen := 0
+				for _, l := range fleet {
+					if l.Stats().Instances == 3 {
+						seen++
+					}
+				}
+				if seen == len(fleet) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of 3 members count 3 instances 10 s after New, want all", seen)
+				}
+			}
 
-	setUser("-evalsha", "-eval")
-	// Fresh keys need a claim: every decision is an error.
-	for i := range 20 {
-		res, err := fleet[i%3].Allow(ctx, "key"+strconv.Itoa(i))
-		if !errors.Is(err, tierlimit.ErrMisconfigured) {
-			t.Fatalf("Allow %d after the ACL change = %+v, %v; want ErrMisconfigured", i, res, err)
-		}
-	}
-	time.Sleep(300 * time.Millisecond) // heartbeats fail meanwhile
-	for i, l := range fleet {
-		st := l.Stats()
-		if st.Instances != 3 || st.Fallback != 0 {
-			t.Errorf("member %d: Instances %d, %d fallback decisions; want 3 and 0", i, st.Instances, st.Fallback)
-		}
-	}
+			var beatsBefore [3]int64
+			for i := range fleet {
+				beatsBefore[i] = failedBeats[i].Load()
+			}
+			tt.spoil(t, ctx, admin)
+			// Fresh keys need a claim: every decision is an error.
+			for i := range 20 {
+				res, err := fleet[i%3].Allow(ctx, "key"+strconv.Itoa(i))
+				if !errors.Is(err, tierlimit.ErrMisconfigured) {
+					t.Fatalf("Allow %d after the change = %+v, %v; want ErrMisconfigured", i, res, err)
+				}
+				if i == 0 {
+					t.Logf("%v", err)
+				}
+			}
+			// Heartbeats fail meanwhile, for longer than a record lives
+			// (3 beats): a member that took a failed beat for an empty
+			// fleet would count itself alone.
+			time.Sleep(300 * time.Millisecond)
+			for i, l := range fleet {
+				st := l.Stats()
+				if st.Instances != 3 || st.Fallback != 0 {
+					t.Errorf("member %d: Instances %d, %d fallback decisions; want 3 and 0", i, st.Instances, st.Fallback)
+				}
+				if n := failedBeats[i].Load() - beatsBefore[i]; n < 3 {
+					t.Errorf("member %d: %d heartbeats failed in 300 ms after the change, want at least 3 (one every 50 ms)", i, n)
+				}
+			}
 
-	setUser("+evalsha", "+eval")
-	for i := range 20 {
-		if _, err := fleet[i%3].Allow(ctx, "key"+strconv.Itoa(i)); err != nil {
-			t.Fatalf("Allow %d after the ACL is mended = %v, want no error", i, err)
-		}
+			tt.mend(t, ctx, admin)
+			for i := range 20 {
+				if _, err := fleet[i%3].Allow(ctx, "key"+strconv.Itoa(i)); err != nil {
+					t.Fatalf("Allow %d after the set-up is mended = %v, want no error", i, err)
+				}
+			}
+		})
 	}
 }
