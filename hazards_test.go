@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
@@ -104,9 +105,11 @@ func evictionTiers() []evictionTier {
 
 // TestEvictionRiskAtNew: with a server that may evict limiter keys, every
 // tier that uses Redis reports it at New: through the observer, its own
-// reading (Stats.Eviction, Eviction) and one log line; a server that
-// refuses INFO is reported as unknown, once; a safe one is not reported
-// as risky and logs nothing.
+// reading (Stats.Eviction, Eviction), the metrics of a Collector whose
+// Observer it was given (tierlimit_redis_eviction_risk 1, and
+// tierlimit_redis_evicted_keys as read) and one log line; a server that
+// refuses INFO is reported as unknown (gauge -1), once; a safe one is not
+// reported as risky (gauge 0) and logs nothing.
 func TestEvictionRiskAtNew(t *testing.T) {
 	ctx := context.Background()
 	restricted := redistest.Start(t, "--requirepass", "secret")
@@ -131,13 +134,20 @@ func TestEvictionRiskAtNew(t *testing.T) {
 				opts := s.opts
 				rdb := redis.NewClient(&opts)
 				defer rdb.Close()
+				col, err := metrics.New()
+				if err != nil {
+					t.Fatal(err)
+				}
 				var reported []tierlimit.EvictionRisk
 				var mu sync.Mutex
-				o := &tierlimit.Observer{Eviction: func(r tierlimit.EvictionRisk) {
+				o := col.Observer("api")
+				toGauges := o.Eviction
+				o.Eviction = func(r tierlimit.EvictionRisk) {
 					mu.Lock()
-					defer mu.Unlock()
 					reported = append(reported, r)
-				}}
+					mu.Unlock()
+					toGauges(r)
+				}
 				read, done, err := tier.make(rdb, o)
 				if err != nil {
 					t.Fatal(err)
@@ -151,6 +161,16 @@ func TestEvictionRiskAtNew(t *testing.T) {
 					t.Errorf("observer got %v at New, want one reading (Risky %v, Known %v)", reported, s.risky, s.known)
 				}
 				mu.Unlock()
+				wantRisk := map[bool]float64{true: 1, false: 0}[s.risky]
+				if !s.known {
+					wantRisk = -1
+				}
+				if got, ok := gaugeOf(t, col, "tierlimit_redis_eviction_risk", "api"); !ok || got != wantRisk {
+					t.Errorf("tierlimit_redis_eviction_risk{limiter=\"api\"} right after New = %v (exported: %v), want %v", got, ok, wantRisk)
+				}
+				if got, ok := gaugeOf(t, col, "tierlimit_redis_evicted_keys", "api"); !ok || got != float64(read.EvictedKeys) {
+					t.Errorf("tierlimit_redis_evicted_keys{limiter=\"api\"} right after New = %v (exported: %v), want %d as read", got, ok, read.EvictedKeys)
+				}
 				var warned int
 				for _, l := range lines() {
 					if strings.Contains(l, "evict") {
@@ -163,6 +183,34 @@ func TestEvictionRiskAtNew(t *testing.T) {
 			})
 		}
 	}
+}
+
+// gaugeOf returns the value of the gauge name{limiter} that c exports, and
+// whether c exports exactly one series of it.
+func gaugeOf(t *testing.T, c prometheus.Collector, name, limiter string) (float64, bool) {
+	t.Helper()
+	if n := testutil.CollectAndCount(c, name); n != 1 {
+		return 0, false
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "limiter" && lp.GetValue() == limiter && m.GetGauge() != nil {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 // TestEvictionRiskOnCluster: on a 3-master Cluster, one master that may
