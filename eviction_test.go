@@ -26,7 +26,11 @@ import (
 // that keeps writing (4 KiB values with a one-hour TTL), and each limiter
 // on one key at 1000/s saturated by 8 goroutines for 3 s: admitted over one
 // bucket's bound (burst + rate x time), and the keys evicted meanwhile.
-// It prints the table of docs/operations.md. It takes about a minute, so
+// It prints the table of docs/operations.md, whose last column is what the
+// limiters reported of the server right after New (Eviction,
+// Stats.Eviction), and fails when one reports other than its policy
+// implies: a risky policy unreported, a safe one called risky, or unknown.
+// It takes about a minute, so
 // it runs only with TIERLIMIT_EVICTION_TABLE=1:
 //
 //	TIERLIMIT_EVICTION_TABLE=1 go test -run TestEvictionAdmissions -v .
@@ -36,28 +40,39 @@ func TestEvictionAdmissions(t *testing.T) {
 	}
 	const d = 3 * time.Second
 	limit := tierlimit.PerSecond(1000)
+	// Each make returns the limiter and what it reported of the server's
+	// eviction settings right after New (Eviction, Stats.Eviction).
 	limiters := []struct {
 		name string
-		make func(redis.UniversalClient) (tierlimit.Limiter, func(), error)
+		make func(redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error)
 	}{
-		{"remote token bucket", func(r redis.UniversalClient) (tierlimit.Limiter, func(), error) {
+		{"remote token bucket", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
 			l, err := remote.NewTokenBucket(r, limit)
-			return l, func() {}, err
+			if err != nil {
+				return nil, tierlimit.EvictionRisk{}, nil, err
+			}
+			return l, l.Eviction(), func() {}, nil
 		}},
-		{"remote gcra", func(r redis.UniversalClient) (tierlimit.Limiter, func(), error) {
+		{"remote gcra", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
 			l, err := remote.NewGCRA(r, limit)
-			return l, func() {}, err
+			if err != nil {
+				return nil, tierlimit.EvictionRisk{}, nil, err
+			}
+			return l, l.Eviction(), func() {}, nil
 		}},
-		{"remote sliding log", func(r redis.UniversalClient) (tierlimit.Limiter, func(), error) {
+		{"remote sliding log", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
 			l, err := remote.NewSlidingLog(r, limit)
-			return l, func() {}, err
+			if err != nil {
+				return nil, tierlimit.EvictionRisk{}, nil, err
+			}
+			return l, l.Eviction(), func() {}, nil
 		}},
-		{"hybrid", func(r redis.UniversalClient) (tierlimit.Limiter, func(), error) {
+		{"hybrid", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
 			l, err := hybrid.New(r, limit)
 			if err != nil {
-				return nil, nil, err
+				return nil, tierlimit.EvictionRisk{}, nil, err
 			}
-			return l, func() { l.Close() }, nil
+			return l, l.Stats().Eviction, func() { l.Close() }, nil
 		}},
 	}
 	var table strings.Builder
@@ -76,10 +91,14 @@ func TestEvictionAdmissions(t *testing.T) {
 		stop := fillCache(rdb)
 		fmt.Fprintf(&table, "| %s |", policy)
 		var evicted int64
-		var risk tierlimit.EvictionRisk
+		// The last column is what the limiters themselves reported right
+		// after New: one word when they agree, each one's otherwise.
+		risky := policy != "noeviction" && !strings.HasPrefix(policy, "none")
+		var reports []string
+		agree := true
 		for i, lt := range limiters {
 			before, _ := evict.Read(context.Background(), rdb)
-			lim, done, err := lt.make(rdb)
+			lim, reported, done, err := lt.make(rdb)
 			if errors.Is(err, tierlimit.ErrMisconfigured) {
 				fmt.Fprintf(&table, " ErrMisconfigured at New |")
 				continue
@@ -87,11 +106,20 @@ func TestEvictionAdmissions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			word := map[bool]string{true: "risky", false: "safe"}[reported.Risky()]
+			if !reported.Known() {
+				word = "unknown"
+			}
+			agree = agree && (len(reports) == 0 || strings.HasSuffix(reports[0], ": "+word))
+			reports = append(reports, lt.name+": "+word)
+			if !reported.Known() || reported.Risky() != risky {
+				t.Errorf("%s, %s: reported at New %v (Known %v, Risky %v); want known and Risky %v",
+					policy, lt.name, reported, reported.Known(), reported.Risky(), risky)
+			}
 			admitted, calls, errs := saturate(lim, "hot"+strconv.Itoa(i), d)
 			done()
 			after, _ := evict.Read(context.Background(), rdb)
 			evicted += after.EvictedKeys - before.EvictedKeys
-			risk = after
 			bound := limit.Capacity() + limit.Rate*int64(d/time.Second)
 			cell := fmt.Sprintf("%.2f×", float64(admitted)/float64(bound))
 			if errs > 0 {
@@ -100,7 +128,11 @@ func TestEvictionAdmissions(t *testing.T) {
 			fmt.Fprintf(&table, " %s |", cell)
 			t.Logf("%s, %s: %d admitted, bound %d, %d errors", policy, lt.name, admitted, bound, errs)
 		}
-		fmt.Fprintf(&table, " %d | %v |\n", evicted/int64(len(limiters))/int64(d/time.Second), risk.Risky())
+		col := strings.Join(reports, ", ")
+		if agree && len(reports) > 0 {
+			_, col, _ = strings.Cut(reports[0], ": ")
+		}
+		fmt.Fprintf(&table, " %d | %s |\n", evicted/int64(len(limiters))/int64(d/time.Second), col)
 		stop()
 		rdb.Close()
 	}
