@@ -180,7 +180,7 @@ func WithPrefix(prefix string) Option {
 //
 // The bucket then keeps, beside each key, a ledger of what each instance's
 // entry may still spend, and refills only up to what they leave
-// (remote.WithLeaseLedger; docs/design.md, G1). Local decisions cost the
+// (docs/design.md, G1). Local decisions cost the
 // same; each claim costs Redis about twice the server time, and where
 // claims dominate (many keys, each asked about once per lease TTL) that
 // cost feeds on itself: bench/RESULTS.md has the figures. Use it where the

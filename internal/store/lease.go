@@ -21,7 +21,7 @@ type Claim struct {
 	Want   int64 // most tokens to take; Min <= Want <= capacity
 	Refund int64 // tokens returned first; 0 <= Refund <= capacity
 
-	// A bucket WithLeaseLedger records what each holder holds, and needs
+	// A bucket with a ledger (Config.Hold) records what each holder holds, and needs
 	// the next three fields (and Refund 0: use Refund to give back); any
 	// other bucket needs them zero.
 	//
@@ -116,7 +116,7 @@ type Refund struct {
 	// run twice. Use an ID unique to this refund, at most 64 bytes; it
 	// costs a short-lived marker key in Redis.
 	ID string
-	// Holder and Gen, for a bucket WithLeaseLedger only: the holder giving
+	// Holder and Gen, for a bucket with a ledger only: the holder giving
 	// the tokens back, which then holds none, and the Gen of its last
 	// claim before it counted them (a later claim's entry stays).
 	Holder string
