@@ -31,9 +31,6 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 	}
 	left -= n
 	e.demand.Add(n)
-	if left%touchEvery == 0 {
-		l.keys.touch(e.key)
-	}
 	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
 		l.refill(e)
 	}

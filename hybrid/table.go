@@ -48,8 +48,9 @@ type entry struct {
 // used (its admission policy). Three things wrap it:
 //   - hot, a direct-mapped front table of recently found entries: a hit is
 //     a hash and an atomic load instead of ristretto's Get
-//     (BenchmarkAllowLease); about one spend in touchEvery also reads
-//     ristretto (touch), so that its frequency sketch sees the hot keys;
+//     (BenchmarkAllowLease); every claim reads ristretto (touch), so that
+//     its frequency sketch sees the hot keys once per lease, off the path
+//     of the spends;
 //   - dropped, the entries ristretto evicted or refused that may still hold
 //     tokens (a claim in flight may land some after the drop) or owe some
 //     to Redis: the janitor refunds or charges them, and forgets each once
@@ -77,10 +78,6 @@ type table struct {
 // BenchmarkZipf10k's parallel case, where slots shared by several keys
 // bounce between cores.
 const maxHotSlots = 1 << 14
-
-// touchEvery: a spend that leaves a multiple of touchEvery tokens (and so
-// the last of every lease) also reads ristretto.
-const touchEvery = 64
 
 func newTable(maxKeys int64) (*table, error) {
 	t := &table{hot: make([]atomic.Pointer[entry], hotSlots(maxKeys)), dropped: make(map[*entry]struct{}), lastDropped: make(map[string]*entry)}
@@ -139,8 +136,7 @@ func (t *table) add(e *entry) {
 }
 
 // touch reads key in ristretto, so that its admission policy counts a use
-// of a key the front table answered (spend calls it for about one spend in
-// touchEvery).
+// of a key the front table answers (apply calls it once per claim).
 func (t *table) touch(key string) {
 	h := keyHash(key)
 	if t.enter(h) {
