@@ -35,14 +35,17 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		l.refill(e)
 	}
 	remaining := min(left+e.remote.Load(), l.limit.Capacity())
-	res := tierlimit.Result{
+	// The stripe comes from the tokens left, which every spend of a key
+	// sees differently: cores spending one hot key count on different
+	// lines (BenchmarkHotKeyParallel).
+	l.tally(src, true, uint8(left))
+	return tierlimit.Result{
 		Allowed:    true,
 		Limit:      l.limit,
 		Remaining:  remaining,
 		ResetAfter: time.Duration(l.limit.Capacity()-remaining) * l.limit.Every(),
 		Source:     src,
-	}
-	return l.record(res, e.stripe), true
+	}, true
 }
 
 // blocked returns a denial from src while Redis is known to hold fewer than
