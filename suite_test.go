@@ -78,6 +78,9 @@ func TestEveryTier(t *testing.T) {
 	for _, tier := range suiteTiers {
 		t.Run(tier.name, func(t *testing.T) {
 			t.Parallel()
+			// The tiers share one Redis, and the hybrid tier's bucket is
+			// the remote token bucket's: each tier has a key of its own.
+			key := "k:" + tier.name
 			ctx := context.Background()
 			rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
 			defer rdb.Close()
@@ -94,8 +97,8 @@ func TestEveryTier(t *testing.T) {
 			}{
 				{"", 1, tierlimit.ErrInvalidKey},
 				{strings.Repeat("k", tierlimit.MaxKeyLen+1), 1, tierlimit.ErrInvalidKey},
-				{"k", -1, tierlimit.ErrInvalidCost},
-				{"k", limit.Capacity() + 1, tierlimit.ErrInvalidCost},
+				{key, -1, tierlimit.ErrInvalidCost},
+				{key, limit.Capacity() + 1, tierlimit.ErrInvalidCost},
 			} {
 				if _, err := l.AllowN(ctx, bad.key, bad.n); !errors.Is(err, bad.want) {
 					t.Errorf("AllowN(%d-byte key, %d) = %v, want %v", len(bad.key), bad.n, err, bad.want)
@@ -111,17 +114,17 @@ func TestEveryTier(t *testing.T) {
 				time.Sleep(limit.Period - time.Duration(time.Now().UnixNano())%limit.Period + 10*time.Millisecond)
 			}
 			for range 2 {
-				if r, err := l.AllowN(ctx, "k", 0); err != nil || !r.Allowed || r.Remaining != limit.Capacity() {
+				if r, err := l.AllowN(ctx, key, 0); err != nil || !r.Allowed || r.Remaining != limit.Capacity() {
 					t.Fatalf("peek of a fresh key = %+v, %v; want allowed, %d remaining, and no charge", r, err, limit.Capacity())
 				}
 			}
 			began := time.Now()
 			for i := range limit.Capacity() {
-				if r, err := l.AllowN(ctx, "k", 1); err != nil || !r.Allowed {
+				if r, err := l.AllowN(ctx, key, 1); err != nil || !r.Allowed {
 					t.Fatalf("call %d of %d = %+v, %v; want allowed", i+1, limit.Capacity(), r, err)
 				}
 			}
-			r, err := l.AllowN(ctx, "k", 1)
+			r, err := l.AllowN(ctx, key, 1)
 			elapsed := time.Since(began)
 			switch {
 			case err != nil:
@@ -142,14 +145,14 @@ func TestEveryTier(t *testing.T) {
 				t.Errorf("RetryAfter = %v %v after draining, want in [%v, %v]", r.RetryAfter, elapsed, lo, hi)
 			}
 			time.Sleep(r.RetryAfter)
-			if r2, err := l.AllowN(ctx, "k", 1); err != nil || !r2.Allowed {
+			if r2, err := l.AllowN(ctx, key, 1); err != nil || !r2.Allowed {
 				t.Errorf("after waiting RetryAfter %v: %+v, %v; want allowed", r.RetryAfter, r2, err)
 			}
 
-			if err := l.Reset(ctx, "k"); err != nil {
+			if err := l.Reset(ctx, key); err != nil {
 				t.Fatal(err)
 			}
-			if r, err := l.AllowN(ctx, "k", limit.Capacity()); err != nil || !r.Allowed {
+			if r, err := l.AllowN(ctx, key, limit.Capacity()); err != nil || !r.Allowed {
 				t.Errorf("AllowN(burst) after Reset = %+v, %v; want allowed", r, err)
 			}
 
@@ -159,10 +162,10 @@ func TestEveryTier(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, tierlimit.ErrClosed) {
+			if _, err := l.AllowN(ctx, key, 1); !errors.Is(err, tierlimit.ErrClosed) {
 				t.Errorf("AllowN after Close = %v, want ErrClosed", err)
 			}
-			if err := l.Reset(ctx, "k"); !errors.Is(err, tierlimit.ErrClosed) {
+			if err := l.Reset(ctx, key); !errors.Is(err, tierlimit.ErrClosed) {
 				t.Errorf("Reset after Close = %v, want ErrClosed", err)
 			}
 			if err := l.Close(); err != nil {
