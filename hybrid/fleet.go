@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"math"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
@@ -67,10 +69,16 @@ func (l *Limiter) heartbeats() {
 // as a failed call when the budget runs out): a reply that go-redis
 // retries for longer than the budget, READONLY from a replica say, then
 // shows a misconfiguration rather than an outage. It beats while the
-// breaker holds calls back too, for the same reason, without telling it.
+// breaker holds calls back too, for the same reason, without telling it,
+// as long as beats get answers: once one gets none, a beat would learn
+// nothing, and its failed dials would put go-redis's pool in the backoff
+// that delays the first call after Redis returns.
 func (l *Limiter) beat(leave bool, wait time.Duration) error {
 	send := l.call
 	if l.brk.current() != tierlimit.BreakerClosed {
+		if l.silent.Load() {
+			return nil // during an outage the last count known stands
+		}
 		send = l.callAnyway
 	}
 	var n int64
@@ -82,6 +90,8 @@ func (l *Limiter) beat(leave bool, wait time.Duration) error {
 		return err
 	})
 	l.report(&ev)
+	var reply redis.Error
+	l.silent.Store(err != nil && !errors.As(err, &reply))
 	if err != nil || leave || n < 1 {
 		return err // during an outage the last count known stands
 	}

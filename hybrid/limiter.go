@@ -65,6 +65,11 @@ type Limiter struct {
 	// what would fall back is an error instead.
 	misconfig atomic.Pointer[error]
 
+	// silent is set when the last heartbeat got no answer from Redis
+	// (a refused connection, a deadline), cleared when one does: beats
+	// then stop while the breaker is open (see beat).
+	silent atomic.Bool
+
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
