@@ -10,6 +10,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -39,6 +40,10 @@ func TestHonestRetryAfter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			refunds, err := store.New(rdb, store.TokenBucket, limit, store.Config{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
 			burst := limit.Capacity()
 			if r, err := l.AllowN(ctx, "k", burst); err != nil || !r.Allowed {
 				t.Fatalf("draining AllowN(burst %d) = %+v, %v", burst, r, err)
@@ -59,8 +64,17 @@ func TestHonestRetryAfter(t *testing.T) {
 					continue // enough accrued meanwhile: nothing to compare
 				}
 				want, err := exact.AllowN(ctx, "k", cost) // denied: charges nothing
-				if err != nil || want.Allowed {
-					t.Fatalf("the exact bucket: %+v, %v; want a denial", want, err)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want.Allowed {
+					// Enough accrued since the peek (at 1000/s, a token a
+					// ms): give the charge back, so that it does not skew
+					// the costs compared after this one.
+					if _, err := refunds.Refund(ctx, store.Refund{Key: "k", N: cost}); err != nil {
+						t.Fatal(err)
+					}
+					continue
 				}
 				compared++
 				// One bucket's answer counts the tokens this instance
