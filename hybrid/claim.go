@@ -212,10 +212,9 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 // apply records a claim of want tokens in e: a use of the key for
 // ristretto's admission policy (the front table answers its spends), the
 // tokens granted, the demand measurement restarted, and the key blocked if
-// Redis had too few. A partial
-// grant means Redis ran dry: the key then waits, like a denied one, for a
-// lease to accrue (spending what it got first) instead of asking again for
-// every few tokens.
+// Redis had too few. A partial grant means Redis ran dry: the key then
+// waits, like a denied one, for a lease to accrue (spending what it got
+// first) instead of asking again for every few tokens.
 func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 	// Redis decided during the call: the time after it is when its
 	// RetryAfter counts from, at the latest.

@@ -153,8 +153,8 @@ func (w *Watch) Last() tierlimit.EvictionRisk {
 	return w.last
 }
 
-// Checked reports whether a check has reported a risk.
-func (w *Watch) Checked() bool {
+// checked reports whether a check has reported a risk.
+func (w *Watch) checked() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.have
@@ -178,7 +178,7 @@ func (w *Watch) Check(ctx context.Context) tierlimit.EvictionRisk {
 		// last reading stands, and before any, the risk is unknown, and
 		// said so once (a server slow or down at New is not reported
 		// safe).
-		if w.Checked() {
+		if w.checked() {
 			return w.Last()
 		}
 		r = tierlimit.EvictionRisk{Err: fmt.Errorf("redis did not answer INFO: %w", err)}

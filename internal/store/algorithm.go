@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,10 +25,6 @@ type Algorithm struct {
 // Name returns the algorithm's name as its Redis keys carry it: "tb",
 // "gcra", "fw", "aw", "sl" or "sw".
 func (a *Algorithm) Name() string { return a.name }
-
-// Suffixes returns what follows the user key in each of a limit's Redis
-// keys, in script order: "" for most, ":z" and ":h" for the sliding log.
-func (a *Algorithm) Suffixes() []string { return slices.Clone(a.keys) }
 
 // The algorithms, by the name their keys carry.
 var (

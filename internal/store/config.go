@@ -11,11 +11,11 @@ import (
 // DefaultPrefix begins every Redis key unless Config.Prefix says otherwise.
 const DefaultPrefix = "tierlimit:"
 
-// MaxPrefixLen bounds Config.Prefix so that keys stay short.
-const MaxPrefixLen = 64
+// maxPrefixLen bounds Config.Prefix so that keys stay short.
+const maxPrefixLen = 64
 
-// MaxHold bounds Config.Hold.
-const MaxHold = 2 * time.Hour
+// maxHold bounds Config.Hold.
+const maxHold = 2 * time.Hour
 
 // Config is what New needs beyond the algorithm and the limit. The zero
 // value uses DefaultPrefix and the server's clock, with no observer and no
@@ -30,26 +30,26 @@ type Config struct {
 	// to holders (Claim.Holder), kept Hold after a holder's last grant:
 	// the bucket refills only up to its capacity minus what they hold, so
 	// holders spending leased tokens admit what one bucket would. Between
-	// 1 ms and MaxHold; one limit only.
+	// 1 ms and two hours; one limit only.
 	Hold time.Duration
 }
 
 // CheckPrefix reports whether prefix may begin Redis keys: at most
-// MaxPrefixLen bytes, no '{' or '}' (the library owns the hash tag). The
+// 64 bytes, no '{' or '}' (the library owns the hash tag). The
 // error wraps tierlimit.ErrInvalidOption.
 func CheckPrefix(prefix string) error {
-	if len(prefix) > MaxPrefixLen || strings.ContainsAny(prefix, "{}") {
+	if len(prefix) > maxPrefixLen || strings.ContainsAny(prefix, "{}") {
 		return fmt.Errorf("%w: prefix %q must be at most %d bytes without '{' or '}'",
-			tierlimit.ErrInvalidOption, prefix, MaxPrefixLen)
+			tierlimit.ErrInvalidOption, prefix, maxPrefixLen)
 	}
 	return nil
 }
 
-// CheckHold reports whether hold is a valid Config.Hold.
-func CheckHold(hold time.Duration) error {
-	if hold < time.Millisecond || hold > MaxHold {
+// checkHold reports whether hold is a valid Config.Hold.
+func checkHold(hold time.Duration) error {
+	if hold < time.Millisecond || hold > maxHold {
 		return fmt.Errorf("%w: lease ledger hold %v must be between 1ms and %v",
-			tierlimit.ErrInvalidOption, hold, MaxHold)
+			tierlimit.ErrInvalidOption, hold, maxHold)
 	}
 	return nil
 }
@@ -59,7 +59,7 @@ func (c Config) check(alg *Algorithm) error {
 		return err
 	}
 	if c.Hold != 0 {
-		if err := CheckHold(c.Hold); err != nil {
+		if err := checkHold(c.Hold); err != nil {
 			return err
 		}
 		if alg != TokenBucket || len(c.Extra) > 0 {
