@@ -21,9 +21,9 @@ type Claim struct {
 	Want   int64 // most tokens to take; Min <= Want <= capacity
 	Refund int64 // tokens returned first; 0 <= Refund <= capacity
 
-	// A bucket with a ledger (Config.Hold) records what each holder holds, and needs
-	// the next three fields (and Refund 0: use Refund to give back); any
-	// other bucket needs them zero.
+	// A bucket with a ledger (Config.Hold) records what each holder
+	// holds, and needs the next three fields (and Refund 0: use Refund to
+	// give back); any other bucket needs them zero.
 	//
 	// Holder names who holds the tokens granted: unique in the fleet
 	// (an instance and its lease, say), at most 64 bytes.
