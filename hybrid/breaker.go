@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"github.com/tierlimit/tierlimit"
 )
@@ -44,10 +45,15 @@ func newBreaker(threshold uint32, probe time.Duration, observed bool) *breaker {
 			return c.ConsecutiveFailures >= threshold
 		},
 		OnStateChange: b.changed,
-		IsExcluded:    tierlimit.Misconfigured,
+		IsExcluded:    excluded,
 	})
 	return b
 }
+
+// excluded reports whether a call's outcome err counts neither as a success
+// nor as a failure: a misconfiguration is not an outage, and a slow call
+// while Redis answers is neither.
+func excluded(err error) bool { return err == errSlow || tierlimit.Misconfigured(err) }
 
 // changed is gobreaker's OnStateChange; it runs under gobreaker's lock.
 func (b *breaker) changed(_ string, from, to gobreaker.State) {
@@ -95,14 +101,20 @@ func (b *breaker) current() tierlimit.BreakerState {
 // in Stats and returns what to report to the observer (see report), or
 // errUnavailable without calling f while the breaker holds calls back.
 //
-// The breaker learns that the call failed once timeout has passed, even if
-// f is still running: the client may be retrying dials with its own backoff
-// (go-redis: DialerRetries × DialerRetryTimeout, 500 ms by default), and a
-// breaker that waited for it would open, and heal, that much later. It
-// learns of one more failure for every further timeout the call is still
-// in flight: a stalled Redis with one call in flight per key (a paused
-// server, say) opens the breaker within a few budgets, and decisions stop
-// waiting on it.
+// A call over timeout is counted as failed in Stats and reported to the
+// observer then, but the breaker learns of it only once Redis has been
+// silent for longer than it has lately taken to answer (latency.stall):
+// silent since its last answer to any call, or since the call began if
+// that is later. A Redis that answers slowly, or a process too busy to
+// read its answers in time, is not an outage, and opening the breaker
+// there would let the fallback admit beside the leases (G1). A silent
+// Redis tells the breaker of one failure then, and of one more for every
+// further timeout the call is still in flight: with one call in flight per
+// key (a paused server, say) the breaker opens within a few budgets of
+// the stall, whatever the client does meanwhile (go-redis retries dials
+// with its own backoff: DialerRetries × DialerRetryTimeout, 500 ms by
+// default). A call the client ends at its deadline (ContextTimeoutEnabled)
+// counts as failed only if Redis has been silent that long.
 func (l *Limiter) call(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
 	done, err := l.brk.allow()
 	if err != nil {
@@ -117,61 +129,80 @@ func (l *Limiter) callAnyway(op string, timeout time.Duration, f func() error) (
 	return l.run(op, timeout, func(error) {}, func() {}, f)
 }
 
-// stalled tells the breaker of one more failure: a call still in flight a
-// budget after its first one ran out. While the breaker is open (or its
-// probe is under way) there is nothing to tell.
+// stalled tells the breaker of one more failure: a call still in flight,
+// Redis still silent. While the breaker is open (or its probe is under
+// way) there is nothing to tell.
 func (b *breaker) stalled() {
 	if done, err := b.cb.Allow(); err == nil {
 		done(context.DeadlineExceeded)
 	}
 }
 
-// run makes the call f and settles it with done (see call). A call that
-// runs past its budget is counted as failed when the budget runs out, in
-// the breaker, Stats and the observer alike, whenever it ends; it is
-// reported once. stalled is called at every further budget it runs.
+// errSlow settles with the breaker a call that ended at its deadline while
+// Redis was answering: it counts neither way.
+var errSlow = errors.New("hybrid: redis call over its budget while redis answers")
+
+// run makes the call f and settles it with done (see call): at its end, or
+// as failed once Redis has been silent too long, whichever comes first;
+// stalled is called at every further timeout it runs in silence.
 func (l *Limiter) run(op string, timeout time.Duration, done func(error), stalled func(), f func() error) (tierlimit.RedisCall, error) {
 	var once sync.Once
 	settle := func(err error) (first bool) {
 		once.Do(func() { first = true; done(err) })
 		return first
 	}
+	stall := l.rtt.stall(timeout)
+	start := time.Now()
 	var (
-		mu       sync.Mutex // orders the timer's re-arming with the call's end
+		mu       sync.Mutex // orders the timer's ticks with the call's end
 		finished bool
-		late     *time.Timer
+		late     bool // the call ran past its timeout
+		tick     *time.Timer
 	)
-	expire := func() {
-		if settle(context.DeadlineExceeded) {
+	onTick := func() {
+		mu.Lock()
+		if finished {
+			mu.Unlock()
+			return
+		}
+		first := !late
+		late = true
+		tick.Reset(timeout)
+		mu.Unlock()
+		if first {
 			l.stats.redisErrors.Add(1)
 			if l.onCall != nil {
 				err := fmt.Errorf("hybrid: %s: redis call over its %v budget: %w", op, timeout, context.DeadlineExceeded)
 				l.onCall(tierlimit.RedisCall{Op: op, Latency: timeout, Err: err})
 			}
-		} else {
+		}
+		if time.Since(l.lastAnswer(start)) >= stall && !settle(context.DeadlineExceeded) {
 			stalled()
 		}
-		mu.Lock()
-		if !finished {
-			late.Reset(timeout)
-		}
-		mu.Unlock()
 	}
 	mu.Lock()
-	late = time.AfterFunc(timeout, expire)
+	tick = time.AfterFunc(timeout, onTick)
 	mu.Unlock()
-	var start time.Time
-	if l.onCall != nil {
-		start = time.Now()
-	}
 	err := f()
+	took := time.Since(start)
 	mu.Lock()
 	finished = true
-	late.Stop()
+	tick.Stop()
+	counted := late
 	mu.Unlock()
 	l.stats.redisCalls.Add(1)
 	l.learn(err)
-	if !settle(err) {
+	switch {
+	case answered(err):
+		l.answered.Store(time.Now().UnixNano())
+		l.rtt.add(took)
+		settle(err)
+	case errors.Is(err, context.DeadlineExceeded) && time.Since(l.lastAnswer(time.Time{})) < stall:
+		settle(errSlow)
+	default:
+		settle(err)
+	}
+	if counted {
 		return tierlimit.RedisCall{}, err // counted and reported when the budget ran out
 	}
 	if err != nil {
@@ -180,7 +211,63 @@ func (l *Limiter) run(op string, timeout time.Duration, done func(error), stalle
 	if l.onCall == nil {
 		return tierlimit.RedisCall{}, err
 	}
-	return tierlimit.RedisCall{Op: op, Latency: time.Since(start), Err: err}, err
+	return tierlimit.RedisCall{Op: op, Latency: took, Err: err}, err
+}
+
+// lastAnswer returns when Redis last answered a call of l, or since if
+// that is later.
+func (l *Limiter) lastAnswer(since time.Time) time.Time {
+	if at := time.Unix(0, l.answered.Load()); at.After(since) {
+		return at
+	}
+	return since
+}
+
+// answered reports whether a call that returned err got an answer from
+// Redis: a reply, even an error reply, rather than a broken connection or
+// a deadline.
+func answered(err error) bool {
+	var reply redis.Error
+	return err == nil || errors.As(err, &reply)
+}
+
+// latency follows how long Redis takes to answer this limiter's calls, as
+// TCP follows a round trip (RFC 6298): a smoothed time and its variation.
+// It is safe for concurrent use.
+type latency struct {
+	floor time.Duration // the least stall: a few call budgets
+
+	mu           sync.Mutex
+	srtt, rttvar time.Duration
+	samples      int
+}
+
+// maxStall bounds a stall: go-redis's default ReadTimeout, past which the
+// client fails the call itself.
+const maxStall = 3 * time.Second
+
+// add records the time one call took to be answered.
+func (r *latency) add(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.samples == 0 {
+		r.srtt, r.rttvar = d, d/2
+	} else {
+		r.rttvar = (3*r.rttvar + (r.srtt - d).Abs()) / 4
+		r.srtt = (7*r.srtt + d) / 8
+	}
+	r.samples++
+}
+
+// stall is how long a call of that timeout may be in flight before it
+// counts as failed: the timeout, and at least the floor and what Redis's
+// answers have lately taken (the smoothed time plus four variations), at
+// most maxStall.
+func (r *latency) stall(timeout time.Duration) time.Duration {
+	r.mu.Lock()
+	rto := r.srtt + 4*r.rttvar
+	r.mu.Unlock()
+	return max(timeout, min(max(r.floor, rto), maxStall))
 }
 
 // learn remembers whether a call's outcome err means a misconfiguration:

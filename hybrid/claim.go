@@ -184,16 +184,17 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
 	c := l.debtClaim(e)
 	var granted int64
+	var res tierlimit.Result
 	var err error
 	*ev, err = l.call("chargeback", l.cfg.callBudget, func() error {
 		cctx, cancel := l.budget(ctx)
 		defer cancel()
 		var err error
-		granted, _, err = l.bucket.Lease(cctx, e.key, c)
+		granted, res, err = l.bucket.Lease(cctx, e.key, c)
 		return err
 	})
 	if err == nil {
-		l.paid(e, c, granted)
+		l.paid(e, granted, res)
 	}
 	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/clocktest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
@@ -387,6 +388,88 @@ func (h slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// lateReplies is a go-redis hook that answers every script call delay late,
+// whatever the context's deadline: a slow Redis, or a process too busy to
+// read its answers in time, with a client that does not end calls at their
+// deadline (go-redis's default).
+type lateReplies struct{ delay time.Duration }
+
+func (h lateReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(h.delay)
+		return next(context.WithoutCancel(ctx), cmds)
+	}
+}
+func (h lateReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n != "evalsha" && n != "eval" {
+			return next(ctx, cmd)
+		}
+		time.Sleep(h.delay)
+		return next(context.WithoutCancel(ctx), cmd)
+	}
+}
+
+// TestSlowIsNotAnOutage is G1 and G4 with default options: a Redis that
+// answers every call two budgets late opens no breaker and the fallback
+// admits nothing (decisions wait at most the budget; the claims that land
+// late are spent by the next callers, within the bucket); a Redis that
+// stops answering opens the breaker.
+func TestSlowIsNotAnOutage(t *testing.T) {
+	limit := tierlimit.PerHour(50) // no refill to speak of
+	t.Run("slow", func(t *testing.T) {
+		e := newEnv(t)
+		l, err := New(e.rdb, limit, WithClock(e.clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		e.rdb.AddHook(lateReplies{delay: 2 * DefaultCallBudget})
+		var admitted, fellBack int
+		for range 60 {
+			r, err := l.Allow(e.ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				admitted++
+				if r.Source == tierlimit.SourceFallback {
+					fellBack++
+				}
+			}
+		}
+		st := l.Stats()
+		t.Logf("%d admitted; stats %+v", admitted, st)
+		if st.BreakerOpens != 0 || fellBack != 0 {
+			t.Errorf("a slow Redis opened the breaker %d times and the fallback admitted %d, want 0 and 0", st.BreakerOpens, fellBack)
+		}
+		if admitted == 0 || admitted > int(limit.Capacity()) {
+			t.Errorf("admitted %d, want between 1 (late claims are spent) and the bucket's %d", admitted, limit.Capacity())
+		}
+		if st.RedisErrors == 0 {
+			t.Errorf("no call counted over its budget: the hook did not slow Redis down")
+		}
+	})
+	t.Run("silent", func(t *testing.T) {
+		e := newEnv(t)
+		l, err := New(e.rdb, limit, WithClock(e.clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		e.rdb.AddHook(lateReplies{delay: 400 * time.Millisecond})
+		for i := 0; l.Stats().BreakerOpens == 0; i++ {
+			if i == 40 { // a second of decisions, each waiting at most the budget
+				t.Fatalf("a Redis silent for 400ms a call did not open the breaker: %+v", l.Stats())
+			}
+			if _, err := l.Allow(e.ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
 func TestBudgetBoundsEveryDecision(t *testing.T) {
 	e := newEnv(t)
 	l := e.limiter(t, tierlimit.PerSecond(100), WithCallBudget(slowBudget), WithBreakerThreshold(1000))
@@ -486,9 +569,10 @@ func TestCloseRefundsWithTheBreakerOpen(t *testing.T) {
 
 // TestFallbackStartsFromTheKeysState: once the breaker is open, a key's
 // fallback bucket holds what Redis last said the key had (nothing for a
-// key known to be blocked, a full share for a key never claimed), not a
-// fresh burst; and when Redis answers again, what the fallback admitted is
-// charged to the bucket, never below empty.
+// key known to be blocked or never claimed), not a fresh burst; and when
+// Redis answers again, what the fallback admitted is charged to the
+// bucket, never below empty, and what the bucket lacks stays owed until
+// it refills.
 func TestFallbackStartsFromTheKeysState(t *testing.T) {
 	e := newEnv(t)
 	limit := tierlimit.PerHour(100) // no refill to speak of while the test runs
@@ -516,6 +600,9 @@ func TestFallbackStartsFromTheKeysState(t *testing.T) {
 	if got := allow("used", 30); got != 30 {
 		t.Fatalf("used: %d admitted, want 30", got)
 	}
+	if got := allow("shared", 60); got != 60 {
+		t.Fatalf("shared: %d admitted, want 60", got)
+	}
 	heal := e.outage()
 	for i := 0; l.Stats().BreakerOpens == 0; i++ {
 		if i == 100 {
@@ -529,13 +616,22 @@ func TestFallbackStartsFromTheKeysState(t *testing.T) {
 	}{
 		{"drained", 0}, // known to be blocked
 		{"used", 70},   // Redis said 70 were left
-		{"new", 100},   // never claimed: a full share
+		{"shared", 40}, // Redis said 40 were left
+		{"new", 0},     // never claimed: maybe drained by others
 	} {
 		if got := allow(tc.key, 150); got != tc.want {
 			t.Errorf("%s: the fallback admitted %d in the outage, want %d", tc.key, got, tc.want)
 		}
 	}
 	heal()
+	// Another instance took 30 of shared's 40 meanwhile: of the 40 owed,
+	// Redis can be charged 10 now, and 30 more as the bucket refills.
+	other := e.limiter(t, limit, WithLeaseBounds(1, 1))
+	for range 30 {
+		if r, err := other.Allow(e.ctx, "shared"); err != nil || !r.Allowed {
+			t.Fatalf("the other instance's Allow(shared) = %+v, %v; want allowed", r, err)
+		}
+	}
 	waitFor(t, "the breaker to close", func() bool {
 		allow("probe", 1)
 		return l.Stats().Breaker == tierlimit.BreakerClosed
@@ -555,15 +651,66 @@ func TestFallbackStartsFromTheKeysState(t *testing.T) {
 		key  string
 		want int64
 	}{
-		{"drained", 0}, {"used", 0}, {"new", 0},
+		{"drained", 0}, {"used", 0}, {"shared", 0}, {"new", 100},
 	} {
 		if got := e.level(t, l, tc.key); got != tc.want {
 			t.Errorf("%s: Redis holds %d after the charge-back, want %d", tc.key, got, tc.want)
 		}
 	}
-	// 70 + 100, and the new keys the test used while the breaker was open.
-	if st.ChargedBack != fellBack || fellBack < 170 || st.Leased != st.Spent+st.Refunded+st.Lost+st.Held {
-		t.Errorf("stats %+v: want %d charged back, what the fallback admitted, and the ledger balanced", st, fellBack)
+	if st.ChargedBack != fellBack-30 || fellBack < 110 || st.Leased != st.Spent+st.Refunded+st.Lost+st.Held {
+		t.Errorf("stats %+v: want %d charged back, what the fallback admitted but 30, and the ledger balanced", st, fellBack-30)
+	}
+	// An hour refills the bucket: the 30 still owed are charged, and
+	// shared holds 70 for new callers.
+	e.step(time.Hour)
+	l.chargeBack(l.keys.holding())
+	if got := e.level(t, l, "shared"); got != 70 {
+		t.Errorf("shared: Redis holds %d an hour later, want 70 (100 but the 30 still owed)", got)
+	}
+	if st := l.Stats(); st.ChargedBack != fellBack {
+		t.Errorf("charged back %d in all, want %d: every token the fallback admitted", st.ChargedBack, fellBack)
+	}
+}
+
+// TestChargeBackCarriesDebt: what the bucket lacks when a debt is charged
+// is forgiven if the bucket was full (it dropped refill at its cap, or
+// lost its state: one bucket would have given it), and otherwise stays
+// owed for one lease TTL from the first charge (other instances leased it
+// while this one fell back), then is forgiven.
+func TestChargeBackCarriesDebt(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerHour(100)
+	l := e.limiter(t, limit)
+	ttl := DefaultLeaseTTL
+	type charge struct {
+		after              time.Duration // since the previous charge
+		granted, remaining int64
+		wantOwed           int64
+	}
+	for _, tc := range []struct {
+		name    string
+		owed    int64
+		charges []charge
+	}{
+		{"paid", 40, []charge{{0, 40, 50, 0}}},
+		{"bucket was full", 240, []charge{{0, 100, 0, 0}}},
+		{"drained by others", 40, []charge{
+			{0, 10, 0, 30},
+			{ttl / 2, 5, 0, 25},
+			{ttl/2 - time.Millisecond, 0, 0, 25},
+			{time.Millisecond, 0, 0, 0},
+		}},
+		{"paid within the TTL", 40, []charge{{0, 0, 0, 40}, {ttl / 2, 40, 0, 0}, {ttl, 0, 0, 0}}},
+	} {
+		e := &entry{key: tc.name}
+		e.owed.Store(tc.owed)
+		for i, c := range tc.charges {
+			l.cfg.clock.(*clocktest.Clock).Add(c.after)
+			l.paid(e, c.granted, tierlimit.Result{Remaining: c.remaining})
+			if got := e.owed.Load(); got != c.wantOwed {
+				t.Errorf("%s: charge %d (%d granted, %d left): owed %d, want %d", tc.name, i, c.granted, c.remaining, got, c.wantOwed)
+			}
+		}
 	}
 }
 

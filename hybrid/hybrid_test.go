@@ -284,29 +284,43 @@ func TestFallbackWhenRedisIsGone(t *testing.T) {
 	e.m.Close()
 	// Until the breaker opens, a failed claim is denied: the fallback
 	// mints no tokens for what may be a slow call (G1). Once it is open,
-	// the fallback admits its burst of 3.
-	var allowed []bool
-	for i := 0; i < 5; i++ {
-		r, err := l.Allow(e.ctx, "k")
-		if err != nil {
-			t.Fatalf("Allow with Redis down = %v, want no error", err)
+	// the fallback decides, from an empty bucket: the key was never
+	// claimed, and other instances may have drained it.
+	decide := func(calls int) []bool {
+		var allowed []bool
+		for i := 0; i < calls; i++ {
+			r, err := l.Allow(e.ctx, "k")
+			if err != nil {
+				t.Fatalf("Allow with Redis down = %v, want no error", err)
+			}
+			if r.Source != tierlimit.SourceFallback {
+				t.Errorf("call %d from %v, want fallback", i, r.Source)
+			}
+			if r.Allowed && l.Stats().BreakerOpens == 0 {
+				t.Errorf("call %d allowed before the breaker opened, want denied", i)
+			}
+			allowed = append(allowed, r.Allowed)
 		}
-		if r.Source != tierlimit.SourceFallback {
-			t.Errorf("call %d from %v, want fallback", i, r.Source)
-		}
-		if r.Allowed && l.Stats().BreakerOpens == 0 {
-			t.Errorf("call %d allowed before the breaker opened, want denied", i)
-		}
-		allowed = append(allowed, r.Allowed)
+		return allowed
 	}
-	if n := strings.Count(fmt.Sprint(allowed), "true"); n != 3 {
-		t.Errorf("calls with Redis down allowed %v, want 3 allowed (the fallback's burst)", allowed)
+	if got := decide(5); strings.Contains(fmt.Sprint(got), "true") {
+		t.Errorf("calls with Redis down allowed %v at once, want none: no burst for a key never claimed", got)
 	}
-	if r, _ := l.AllowN(e.ctx, "big", 5); r.Allowed {
+	// The fallback's rate flows: 3/s, up to its burst of 3.
+	e.clock.Add(400 * time.Millisecond)
+	if got := decide(3); fmt.Sprint(got) != "[true false false]" {
+		t.Errorf("calls 400ms later allowed %v, want [true false false]: one token of 3/s", got)
+	}
+	e.clock.Add(5 * time.Second)
+	if got := decide(5); strings.Count(fmt.Sprint(got), "true") != 3 {
+		t.Errorf("calls 5s later allowed %v, want 3 allowed (the fallback's burst)", got)
+	}
+	e.clock.Add(5 * time.Second)
+	if r, _ := l.AllowN(e.ctx, "k", 5); r.Allowed {
 		t.Errorf("AllowN(5) over the fallback's burst of 3 = allowed, want denied")
 	}
-	if s := l.Stats(); s.RedisErrors == 0 || s.Fallback != 6 {
-		t.Errorf("stats %+v, want Redis errors and 6 fallback decisions", s)
+	if s := l.Stats(); s.RedisErrors == 0 || s.Fallback != 14 {
+		t.Errorf("stats %+v, want Redis errors and 14 fallback decisions", s)
 	}
 }
 

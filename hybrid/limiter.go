@@ -19,17 +19,19 @@ import (
 // must not be copied. Close it to refund unspent tokens and stop its
 // background goroutines.
 type Limiter struct {
-	limit   tierlimit.Limit
-	cfg     config
-	rdb     redis.UniversalClient
-	bucket  *store.Limiter
-	keys    *table
-	share   atomic.Pointer[tierlimit.Limit] // what each key is held to while the breaker is open
-	brk     *breaker
-	inline  bool // claims run on the caller's goroutine: rdb honours deadlines
-	flights singleflight.Group
-	refills chan *entry
-	stats   counters
+	limit    tierlimit.Limit
+	cfg      config
+	rdb      redis.UniversalClient
+	bucket   *store.Limiter
+	keys     *table
+	share    atomic.Pointer[tierlimit.Limit] // what each key is held to while the breaker is open
+	brk      *breaker
+	rtt      latency      // of Redis's answers: when a slow call counts as failed
+	answered atomic.Int64 // ns: when Redis last answered a call
+	inline   bool         // claims run on the caller's goroutine: rdb honours deadlines
+	flights  singleflight.Group
+	refills  chan *entry
+	stats    counters
 
 	// The fleet: this instance's id, the Redis key of the fleet and the
 	// number of live instances last seen (1 until a heartbeat answers).
@@ -141,6 +143,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		fleet:   store.FleetKey(cfg.prefix, limit),
 	}
 	l.instances.Store(1)
+	l.rtt.floor = stallBudgets * cfg.callBudget
 	fb := limit
 	if cfg.fallback != nil {
 		fb = *cfg.fallback
@@ -265,6 +268,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		e.stale.Store(true)
 		dropped += e.tokens.Swap(0)
 		e.owed.Store(0) // the bucket is full again: nothing to charge back
+		e.owedSince.Store(0)
 	}
 	if e, ok := l.keys.find(key, h); ok {
 		forget(e)
@@ -318,6 +322,10 @@ func (l *Limiter) Close() error {
 // its last grant, for a lease TTL of ttl: the TTL, the janitor's quarter
 // TTL to take them back, and as much again for a janitor running late.
 func leaseHold(ttl time.Duration) time.Duration { return ttl + ttl/2 }
+
+// stallBudgets is the least time, in call budgets, a call is in flight
+// before the breaker counts it as failed (see call).
+const stallBudgets = 4
 
 // probeTimeout is the least time New gives its calls to Redis.
 const probeTimeout = time.Second

@@ -81,9 +81,7 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 // chargeBack debits from Redis what fallback decisions admitted in an
 // outage, once the breaker has closed: a claim of up to that many tokens
 // (at least none), none of which is kept, so that the bucket is charged
-// for them but never goes below empty (G1). What Redis no longer has is
-// forgiven: the bucket's refill during the outage is what the fallback
-// spent.
+// for them but never goes below empty (see paid for what it lacks).
 func (l *Limiter) chargeBack(entries []*entry) {
 	if l.brk.current() != tierlimit.BreakerClosed {
 		return
@@ -95,7 +93,7 @@ func (l *Limiter) chargeBack(entries []*entry) {
 		}
 	}
 	l.claimAll("chargeback", due, l.debtClaim,
-		func(e *entry, c store.Claim, g store.Grant) { l.paid(e, c, g.Granted) })
+		func(e *entry, _ store.Claim, g store.Grant) { l.paid(e, g.Granted, g.Result) })
 }
 
 // debtClaim is the claim that charges e's debt: up to what it owes, at
@@ -104,13 +102,37 @@ func (l *Limiter) debtClaim(e *entry) store.Claim {
 	return l.claimOf(e, 0, min(e.owed.Load(), l.limit.Capacity()))
 }
 
-// paid records that Redis granted granted tokens of debt claim c for e:
-// they are spent, by the fallback decisions that owed them, and the rest of
-// the debt is forgiven (the bucket had no more: see chargeBack).
-func (l *Limiter) paid(e *entry, c store.Claim, granted int64) {
-	e.owed.Add(-c.Want)
+// paid records that Redis granted granted tokens of e's debt, leaving res:
+// they are spent, by the fallback decisions that owed them. What the
+// bucket lacked is one of two things (docs/design.md, G1):
+//   - refill the bucket dropped at its cap while the fallback spent it (or
+//     state Redis lost): the bucket was full, and one bucket would have
+//     given it. It is forgiven.
+//   - tokens other instances leased while this one fell back: the fleet
+//     admitted them twice. They stay owed: the key's claims pay them
+//     before they take anything (claimInto), and the janitor takes them
+//     as the bucket refills, for one lease TTL after the first charge;
+//     what is left then is forgiven, so that an instance never starves a
+//     key for long on a debt.
+//
+// The caller holds e's key lock.
+func (l *Limiter) paid(e *entry, granted int64, res tierlimit.Result) {
 	l.stats.leased.Add(granted)
 	l.stats.chargedBack.Add(granted)
+	left := e.owed.Add(-granted)
+	now := l.now()
+	switch {
+	case left <= 0:
+		e.owedSince.Store(0)
+	case granted+res.Remaining >= l.limit.Capacity():
+		e.owed.Add(-left)
+		e.owedSince.Store(0)
+	case e.owedSince.Load() == 0:
+		e.owedSince.Store(now)
+	case now-e.owedSince.Load() >= int64(l.cfg.leaseTTL):
+		e.owed.Add(-left)
+		e.owedSince.Store(0)
+	}
 	if e.evicted.Load() {
 		l.keys.forget(e)
 	}

@@ -102,14 +102,14 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 }
 
 // missed decides a call whose claim failed or ran past the call budget.
-// While the breaker is open that is an outage, which the failure mode
+// Unless the breaker is closed that is an outage, which the failure mode
 // decides (fall). Otherwise Redis may only be slow, and in FailFallback mode
 // no fallback bucket mints tokens for it (G1): a lease that landed
 // meanwhile is spent, a key known to be blocked stays blocked, and
 // anything else is denied for a budget's time; the claim, if it lands, is
 // spent by the next callers.
 func (l *Limiter) missed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if l.brk.open() || l.cfg.failureMode != FailFallback {
+	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
 		return l.fall(ctx, key, n)
 	}
 	if e, ok := l.lookup(key); ok {
@@ -187,9 +187,9 @@ type fallback struct {
 // fallbackOf returns e's bucket for the outage under way, made by the first
 // fallback decision after the breaker opened. It starts from what Redis
 // last said the key had, divided by the live instances: nothing for a key
-// known to be blocked, a full share for a key this instance never claimed
-// (G1: an outage where Redis keeps its state does not hand out a fresh
-// burst).
+// known to be blocked, nor for a key this instance never claimed, which
+// other instances may have drained (G1: an outage where Redis keeps its
+// state hands out no fresh burst). The share's rate flows from the start.
 func (l *Limiter) fallbackOf(e *entry, now time.Time) *fallback {
 	epoch := l.brk.opens.Load()
 	old := e.fb.Load()
@@ -197,12 +197,9 @@ func (l *Limiter) fallbackOf(e *entry, now time.Time) *fallback {
 		return old
 	}
 	share := *l.share.Load()
-	tokens := share.Capacity()
-	if e.lastClaim.Load() != 0 {
+	var tokens int64
+	if e.lastClaim.Load() != 0 && e.blockedUntil.Load() <= now.UnixNano() {
 		tokens = e.remote.Load() / max(1, l.instances.Load())
-		if e.blockedUntil.Load() > now.UnixNano() {
-			tokens = 0
-		}
 	}
 	fb := &fallback{epoch: epoch, limit: share, every: xrate.Every(share), burst: int(share.Capacity()),
 		lim: xrate.NewWith(share, tokens, now)}

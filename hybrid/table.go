@@ -31,6 +31,7 @@ type entry struct {
 	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done
 	fb         atomic.Pointer[fallback]      // the key's bucket in the last outage (mode FailFallback)
 	owed       atomic.Int64                  // tokens fallbacks admitted that Redis was not yet charged
+	owedSince  atomic.Int64                  // ns: the first charge that left some owed (see paid), or 0
 
 	_ [64]byte // keeps the group below off the lines above
 
