@@ -65,6 +65,7 @@ type memberReport struct {
 	Errors   int64
 	Began    int64 // unix ns at which its callers began
 	LastEnd  int64 // unix ns at which the last decision returned
+	FellBack int64 // decisions the fallback admitted
 	Stats    hybrid.Stats
 }
 
@@ -74,12 +75,13 @@ func fleetMember(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: s.Goroutines})
+	// What users start with: go-redis's default client, default options.
+	// On a loaded machine (race detector, 3 processes and a busy loop on
+	// 2 cores) calls run past the budget: that is a slow Redis, not an
+	// outage, and the guarantees under test hold through it.
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer rdb.Close()
-	// These tests are about a healthy Redis: a budget a loaded CI machine
-	// (race detector, 3 processes on 2 cores) can meet, so that no
-	// decision falls back (fleetTotals checks that none did).
-	l, err := hybrid.New(rdb, s.Limit, hybrid.WithPrefix(s.Prefix), hybrid.WithCallBudget(5*time.Second))
+	l, err := hybrid.New(rdb, s.Limit, hybrid.WithPrefix(s.Prefix))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -88,7 +90,7 @@ func fleetMember(spec string) int {
 	deadline := time.Unix(0, s.Start).Add(s.Duration)
 	var mu sync.Mutex
 	rep := memberReport{Admitted: map[string]int64{}, Began: time.Now().UnixNano()} // later than Start on a slow machine
-	var calls, errs, lastEnd atomic.Int64
+	var calls, errs, lastEnd, fellBack atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < s.Goroutines; g++ {
 		wg.Add(1)
@@ -113,6 +115,9 @@ func fleetMember(spec string) int {
 				if r.Allowed {
 					admitted[key]++
 					lastEnd.Store(max(lastEnd.Load(), time.Now().UnixNano()))
+					if r.Source == tierlimit.SourceFallback {
+						fellBack.Add(1)
+					}
 				}
 			}
 			mu.Lock()
@@ -128,6 +133,7 @@ func fleetMember(spec string) int {
 		return 2
 	}
 	rep.Calls, rep.Errors, rep.LastEnd, rep.Stats = calls.Load(), errs.Load(), lastEnd.Load(), l.Stats()
+	rep.FellBack = fellBack.Load()
 	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
 		return 2
 	}
@@ -211,14 +217,10 @@ func fleetTotals(t *testing.T, reports []memberReport) (total map[string]int64, 
 		if r.Errors != 0 {
 			t.Errorf("member %d: %d errors", i, r.Errors)
 		}
-		if s.Fallback != 0 || s.RedisErrors != 0 {
-			t.Errorf("member %d: %d fallback decisions, %d Redis errors: Redis was not healthy, the guarantees under test do not apply",
-				i, s.Fallback, s.RedisErrors)
-		}
 		if s.Leased != s.Spent+s.Refunded+s.Lost+s.Held || s.Spent != spent || s.Held != 0 || s.Lost != 0 {
 			t.Errorf("member %d: ledger %+v, admitted %d: want leased = spent + refunded, spent = admitted, nothing held or lost", i, s, spent)
 		}
-		t.Logf("member %d: %d calls, %d admitted, %d Redis calls, stats %+v", i, r.Calls, spent, s.RedisCalls, s)
+		t.Logf("member %d: %d calls, %d admitted (%d by the fallback), %d Redis calls, stats %+v", i, r.Calls, spent, r.FellBack, s.RedisCalls, s)
 	}
 	return total, time.Unix(0, first), time.Unix(0, end)
 }
@@ -251,68 +253,120 @@ func fleetBounds(t *testing.T, l tierlimit.Limit, start time.Time, d time.Durati
 }
 
 // TestFleetHotKey is G1 and G2: three processes with 16 goroutines each on
-// one hot key, demand far above the limit, for 3 s: the fleet admits at most
-// what one bucket allows and at least 95% of it.
+// one hot key, demand far above the limit, for 3 s, with default options
+// and go-redis's default client, on an idle machine and beside a busy
+// loop: the fleet admits at most what one bucket allows and at least 95%
+// of it.
 func TestFleetHotKey(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a 3 s fleet")
+		t.Skip("runs two 3 s fleets")
 	}
-	s := redistest.Start(t)
-	limit := tierlimit.PerSecond(1000)
-	const d = 3 * time.Second
-	reports, start := runFleet(t, 3, memberSpec{
-		Addr: s.Addr, Limit: limit, Keys: 1, Prefix: "g1:", Goroutines: 16, Duration: d,
-	})
-	total, began, last := fleetTotals(t, reports)
-	bound, demanded := fleetBounds(t, limit, start, d, began, last)
-	got := total["hot"]
-	var calls, redisCalls int64
-	for _, r := range reports {
-		calls += r.Calls
-		redisCalls += r.Stats.RedisCalls
-	}
-	t.Logf("fleet: %d admitted, bound %d, %.1f%% of the %d the bucket allowed while demanded; %d decisions, %.1f Redis calls per 1000 decisions",
-		got, bound, 100*float64(got)/float64(demanded), demanded, calls, 1000*float64(redisCalls)/float64(calls))
-	if got > bound {
-		t.Errorf("G1: admitted %d > bound %d", got, bound)
-	}
-	if float64(got) < 0.95*float64(demanded) {
-		t.Errorf("G2: admitted %d < 95%% of %d", got, demanded)
+	for _, busy := range []bool{false, true} {
+		t.Run(loadName(busy), func(t *testing.T) {
+			s := redistest.Start(t)
+			limit := tierlimit.PerSecond(1000)
+			const d = 3 * time.Second
+			stop := busyLoop(busy)
+			reports, start := runFleet(t, 3, memberSpec{
+				Addr: s.Addr, Limit: limit, Keys: 1, Prefix: "g1:", Goroutines: 16, Duration: d,
+			})
+			stop()
+			total, began, last := fleetTotals(t, reports)
+			bound, demanded := fleetBounds(t, limit, start, d, began, last)
+			got := total["hot"]
+			var calls, redisCalls int64
+			for _, r := range reports {
+				calls += r.Calls
+				redisCalls += r.Stats.RedisCalls
+			}
+			t.Logf("fleet: %d admitted, bound %d, %.1f%% of the %d the bucket allowed while demanded; %d decisions, %.1f Redis calls per 1000 decisions",
+				got, bound, 100*float64(got)/float64(demanded), demanded, calls, 1000*float64(redisCalls)/float64(calls))
+			if got > bound {
+				t.Errorf("G1: admitted %d > bound %d", got, bound)
+			}
+			if float64(got) < 0.95*float64(demanded) {
+				t.Errorf("G2: admitted %d < 95%% of %d", got, demanded)
+			}
+		})
 	}
 }
 
-// TestFleetZipf is G1 and G2 over 1000 keys with Zipf-skewed demand: no key
-// is over-admitted, and the hot keys get at least 95% of their bound.
+// TestFleetZipf is G1 and G2 over 1000 keys with Zipf-skewed demand, with
+// default options and go-redis's default client, on an idle machine and
+// beside a busy loop: no key is over-admitted, and the hot keys get at
+// least 95% of their bound.
 func TestFleetZipf(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a 3 s fleet")
+		t.Skip("runs two 3 s fleets")
 	}
-	s := redistest.Start(t)
-	limit := tierlimit.PerSecond(100)
-	const d = 3 * time.Second
-	reports, start := runFleet(t, 3, memberSpec{
-		Addr: s.Addr, Limit: limit, Keys: 1000, Zipf: 1.1, Prefix: "zipf:", Goroutines: 16, Duration: d,
-	})
-	total, began, last := fleetTotals(t, reports)
-	bound, demanded := fleetBounds(t, limit, start, d, began, last)
-	over, hot := 0, 0
-	for k, n := range total {
-		if n > bound {
-			over++
-			t.Errorf("G1: key %s admitted %d > bound %d", k, n, bound)
-		}
-		if k == "k0" || k == "k1" {
-			hot++
-			t.Logf("hot key %s: %d admitted, %.1f%% of the %d allowed while demanded", k, n, 100*float64(n)/float64(demanded), demanded)
-			if float64(n) < 0.95*float64(demanded) {
-				t.Errorf("G2: hot key %s admitted %d < 95%% of %d", k, n, demanded)
+	for _, busy := range []bool{false, true} {
+		t.Run(loadName(busy), func(t *testing.T) {
+			s := redistest.Start(t)
+			limit := tierlimit.PerSecond(100)
+			const d = 3 * time.Second
+			stop := busyLoop(busy)
+			reports, start := runFleet(t, 3, memberSpec{
+				Addr: s.Addr, Limit: limit, Keys: 1000, Zipf: 1.1, Prefix: "zipf:", Goroutines: 16, Duration: d,
+			})
+			stop()
+			total, began, last := fleetTotals(t, reports)
+			bound, demanded := fleetBounds(t, limit, start, d, began, last)
+			over, hot := 0, 0
+			for k, n := range total {
+				if n > bound {
+					over++
+					t.Errorf("G1: key %s admitted %d > bound %d", k, n, bound)
+				}
+				if k == "k0" || k == "k1" {
+					hot++
+					t.Logf("hot key %s: %d admitted, %.1f%% of the %d allowed while demanded", k, n, 100*float64(n)/float64(demanded), demanded)
+					if float64(n) < 0.95*float64(demanded) {
+						t.Errorf("G2: hot key %s admitted %d < 95%% of %d", k, n, demanded)
+					}
+				}
+			}
+			if hot != 2 {
+				t.Fatalf("the two hottest keys saw no traffic: %d keys seen", len(total))
+			}
+			t.Logf("%d keys seen, %d over the bound", len(total), over)
+		})
+	}
+}
+
+func loadName(busy bool) string {
+	if busy {
+		return "busy"
+	}
+	return "idle"
+}
+
+// busyLoop keeps one core busy, if busy is set, until stop is called (at
+// most a minute): the machine a fleet test runs on is loaded, as a
+// production host often is.
+func busyLoop(busy bool) (stop func()) {
+	if !busy {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		deadline := time.Now().Add(time.Minute)
+		x := 0
+		for time.Now().Before(deadline) {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for i := range 100_000 {
+				x ^= i
 			}
 		}
-	}
-	if hot != 2 {
-		t.Fatalf("the two hottest keys saw no traffic: %d keys seen", len(total))
-	}
-	t.Logf("%d keys seen, none over the bound", len(total))
+		_ = x
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 // TestRefillWhileHeld is G1 in the case the lease ledger is for: instances
@@ -508,13 +562,17 @@ func TestMemoryBounded(t *testing.T) {
 // trip's worth of rate may land late) and at least 90% of it. Redis calls
 // and fallback decisions are reported.
 //
-// It fails today, and is opt-in (TIERLIMIT_FLEET_SIM=1) until issue 17
-// makes it pass: on a 2-core machine, 300 instances admitted 1.46× one
-// bucket (7,297 for 5,089), with 862 calls over the budget opening the
-// breakers and 8.9 million fallback decisions.
+// It is opt-in (TIERLIMIT_FLEET_SIM=1) until it passes every run. On a
+// 2-core machine, 300 callers that never wait starve the goroutines that
+// read Redis's answers (the runtime's network poller feeds the global run
+// queue): answers take up to the whole run to be read, so the instances'
+// breakers open on silence, and the fleet admitted 0.85–0.96× one bucket
+// (G1 holds; G2's 90% does not always), against 1.46–1.68× before a slow
+// call stopped counting as a failure and the fallback stopped starting
+// from a full share.
 func TestSimulatedFleet(t *testing.T) {
 	if os.Getenv("TIERLIMIT_FLEET_SIM") != "1" {
-		t.Skip("set TIERLIMIT_FLEET_SIM=1: fails today (issue 17)")
+		t.Skip("set TIERLIMIT_FLEET_SIM=1: G2 fails in some runs (issue 17)")
 	}
 	instances := 300
 	if raceEnabled {
@@ -535,7 +593,7 @@ func TestSimulatedFleet(t *testing.T) {
 	}
 	start := time.Now().Add(100 * time.Millisecond)
 	deadline := start.Add(d)
-	var admitted, calls, errs, lastEnd atomic.Int64
+	var admitted, calls, errs, lastEnd, fellBack atomic.Int64
 	var wg sync.WaitGroup
 	for _, l := range limiters {
 		wg.Add(1)
@@ -551,12 +609,15 @@ func TestSimulatedFleet(t *testing.T) {
 				case r.Allowed:
 					admitted.Add(1)
 					lastEnd.Store(max(lastEnd.Load(), time.Now().UnixNano()))
+					if r.Source == tierlimit.SourceFallback {
+						fellBack.Add(1)
+					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	var redisCalls, fallback, redisErrors int64
+	var redisCalls, fallback, redisErrors, chargedBack, opens int64
 	for _, l := range limiters {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -565,6 +626,8 @@ func TestSimulatedFleet(t *testing.T) {
 		redisCalls += st.RedisCalls
 		fallback += st.Fallback
 		redisErrors += st.RedisErrors
+		chargedBack += st.ChargedBack
+		opens += st.BreakerOpens
 	}
 	last := time.Unix(0, lastEnd.Load())
 	// A claim granted just before the deadline is spent by decisions that
@@ -574,9 +637,9 @@ func TestSimulatedFleet(t *testing.T) {
 	demanded := bucketBound(limit, start, deadline)
 	got := admitted.Load()
 	t.Logf("%d instances: %d admitted, %.3f× one bucket over the run (%d), bound %d; %d decisions, %d errors; "+
-		"%d Redis calls (%.1f per 1000 decisions), %d Redis errors, %d fallback decisions; last admission %v after the deadline",
+		"%d Redis calls (%.1f per 1000 decisions), %d Redis errors, %d breaker openings, %d fallback decisions, %d admitted, %d charged back; last admission %v after the deadline",
 		instances, got, float64(got)/float64(demanded), demanded, bound, calls.Load(), errs.Load(),
-		redisCalls, 1000*float64(redisCalls)/float64(calls.Load()), redisErrors, fallback, last.Sub(deadline))
+		redisCalls, 1000*float64(redisCalls)/float64(calls.Load()), redisErrors, opens, fallback, fellBack.Load(), chargedBack, last.Sub(deadline))
 	if errs.Load() != 0 {
 		t.Errorf("%d errors reached callers, want 0", errs.Load())
 	}
