@@ -125,9 +125,15 @@ type faultReport struct {
 	HeldAtKill int64
 	Share      tierlimit.Limit // the fallback limit at KillAt
 	Stats      hybrid.Stats
+	Decided    []int64 // decisions started per slotWidth since Start
+	Waited     []int64 // of which took a millisecond or more: not made locally
+	LastEnd    int64   // unix ns at which the last admitted decision returned
 }
 
-const binWidth = 10 * time.Millisecond
+const (
+	binWidth  = 10 * time.Millisecond
+	slotWidth = 250 * time.Millisecond
+)
 
 // faultMember runs one instance of a fleet through a Redis kill.
 func faultMember(raw string) int {
@@ -137,6 +143,9 @@ func faultMember(raw string) int {
 		return 2
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: s.Goroutines, ContextTimeoutEnabled: true})
+	if s.Defaults {
+		rdb = redis.NewClient(&redis.Options{Addr: s.Addr})
+	}
 	defer rdb.Close()
 	killAt, restartAt := time.Unix(0, s.KillAt), time.Unix(0, s.RestartAt)
 	var opened, firstOK, firstLease atomic.Int64
@@ -158,8 +167,11 @@ func faultMember(raw string) int {
 			}
 		},
 	}
-	l, err := hybrid.New(rdb, s.Limit, hybrid.WithPrefix(s.Prefix), hybrid.WithCallBudget(s.Budget),
-		hybrid.WithProbeInterval(s.Probe), hybrid.WithHeartbeat(s.Heartbeat), hybrid.WithObserver(obs))
+	opts := []hybrid.Option{hybrid.WithPrefix(s.Prefix), hybrid.WithObserver(obs)}
+	if !s.Defaults {
+		opts = append(opts, hybrid.WithCallBudget(s.Budget), hybrid.WithProbeInterval(s.Probe), hybrid.WithHeartbeat(s.Heartbeat))
+	}
+	l, err := hybrid.New(rdb, s.Limit, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -169,6 +181,8 @@ func faultMember(raw string) int {
 	var rep faultReport
 	var mu sync.Mutex
 	rep.Bins = make([]int64, s.Duration/binWidth+1)
+	rep.Decided = make([]int64, s.Duration/slotWidth+1)
+	rep.Waited = make([]int64, s.Duration/slotWidth+1)
 	time.AfterFunc(time.Until(killAt), func() {
 		st := l.Stats()
 		mu.Lock()
@@ -183,7 +197,8 @@ func faultMember(raw string) int {
 			defer wg.Done()
 			var h [phases]hist
 			bins := make([]int64, len(rep.Bins))
-			var errs int64
+			decided, waited := make([]int64, len(rep.Decided)), make([]int64, len(rep.Waited))
+			var errs, lastEnd int64
 			for {
 				t0 := time.Now()
 				if !t0.Before(deadline) {
@@ -201,12 +216,18 @@ func faultMember(raw string) int {
 					phase = phaseOpen
 				}
 				h[phase].add(took)
+				slot := t0.Sub(start) / slotWidth
+				decided[slot]++
+				if took >= time.Millisecond {
+					waited[slot]++
+				}
 				if err != nil {
 					errs++
 					continue
 				}
 				if r.Allowed {
 					bins[t0.Sub(start)/binWidth]++
+					lastEnd = max(lastEnd, time.Now().UnixNano())
 				}
 			}
 			mu.Lock()
@@ -217,7 +238,12 @@ func faultMember(raw string) int {
 			for i, n := range bins {
 				rep.Bins[i] += n
 			}
+			for i := range decided {
+				rep.Decided[i] += decided[i]
+				rep.Waited[i] += waited[i]
+			}
 			rep.Errors += errs
+			rep.LastEnd = max(rep.LastEnd, lastEnd)
 		}()
 	}
 	wg.Wait()
@@ -833,5 +859,114 @@ func TestFaultCluster(t *testing.T) {
 		if v := res.admitted[k]; level > limit.Capacity()-v+st.Fallback+refill {
 			t.Errorf("key %s: Redis holds %d after %d admitted: tokens minted", k, level, v)
 		}
+	}
+}
+
+// TestOutageKeepingState is G1 and G4 across outages where Redis keeps its
+// state: CLIENT PAUSE WRITE, SIGSTOP, and SIGKILL with a restart from the
+// append-only file, each for 3 s, under three processes of 16 goroutines on
+// a saturated hot key, with default options and go-redis's default client.
+// Over the run the fleet admits at most 5% over one bucket (the fallback
+// starts from what the key had, and what it admitted is charged back); no
+// caller gets an error; and from 500 ms into the fault, decisions are made
+// locally (fewer than 5% of each 250 ms slot's wait a millisecond).
+func TestOutageKeepingState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three 7 s fleets")
+	}
+	const fault = 3 * time.Second
+	faults := []struct {
+		name  string
+		args  []string
+		begin func(t *testing.T, s *redistest.Server) (end func())
+	}{
+		{"client pause", nil, func(t *testing.T, s *redistest.Server) func() {
+			err := s.Client(t).Do(context.Background(), "CLIENT", "PAUSE", fault.Milliseconds(), "WRITE").Err()
+			if err != nil {
+				t.Error(err)
+			}
+			return func() {} // the pause ends by itself
+		}},
+		{"sigstop", nil, func(t *testing.T, s *redistest.Server) func() {
+			s.Pause()
+			return s.Resume
+		}},
+		{"sigkill with aof", []string{"--appendonly", "yes", "--appendfsync", "always"}, func(t *testing.T, s *redistest.Server) func() {
+			s.Kill()
+			return func() { s.RestartKeeping(t) }
+		}},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			s := redistest.Start(t, f.args...)
+			limit := tierlimit.PerSecond(300)
+			start := time.Now().Add(time.Second)
+			faultAt := start.Add(2 * time.Second)
+			endAt := faultAt.Add(fault)
+			spec := memberSpec{
+				Addr: s.Addr, Limit: limit, Keys: 1, Prefix: "keep:", Goroutines: 16, Duration: 7 * time.Second,
+				Start: start.UnixNano(), Fault: true, KillAt: faultAt.UnixNano(), RestartAt: endAt.UnixNano(), Defaults: true,
+			}
+			var outs [][]byte
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				outs = runMembers(t, 3, spec)
+			}()
+			time.Sleep(time.Until(faultAt))
+			end := f.begin(t, s)
+			time.Sleep(time.Until(endAt))
+			end()
+			<-done
+			if t.Failed() {
+				return
+			}
+			var admitted, opens, fellBack, charged int64
+			var last time.Time
+			decided := make([]int64, spec.Duration/slotWidth+1)
+			waited := make([]int64, len(decided))
+			for i, out := range outs {
+				var r faultReport
+				if err := json.Unmarshal(out, &r); err != nil {
+					t.Fatalf("member %d: %v", i, err)
+				}
+				if r.Errors != 0 {
+					t.Errorf("member %d: %d errors reached callers, want 0", i, r.Errors)
+				}
+				for _, n := range r.Bins {
+					admitted += n
+				}
+				for j := range decided {
+					decided[j] += r.Decided[j]
+					waited[j] += r.Waited[j]
+				}
+				if end := time.Unix(0, r.LastEnd); end.After(last) {
+					last = end
+				}
+				opens += r.Stats.BreakerOpens
+				fellBack += r.Stats.Fallback
+				charged += r.Stats.ChargedBack
+			}
+			bound := bucketBound(limit, start, last)
+			t.Logf("%d admitted, %.3f× one bucket over the run (%d); %d breaker openings, %d fallback decisions, %d tokens charged back",
+				admitted, float64(admitted)/float64(bound), bound, opens, fellBack, charged)
+			if float64(admitted) > 1.05*float64(bound) {
+				t.Errorf("G1: the fleet admitted %d, over 1.05× one bucket's %d across the outage", admitted, bound)
+			}
+			var slots []string
+			for j := range decided {
+				at := start.Add(time.Duration(j) * slotWidth)
+				if at.Before(faultAt) || !at.Add(slotWidth).Before(endAt) {
+					continue
+				}
+				perSec := decided[j] * int64(time.Second/slotWidth)
+				slots = append(slots, fmt.Sprintf("%v: %d/s, %d waited", at.Sub(faultAt), perSec, waited[j]))
+				if at.Sub(faultAt) >= 500*time.Millisecond && (decided[j] == 0 || waited[j]*20 > decided[j]) {
+					t.Errorf("G4: %v into the fault, %d of %d decisions waited a millisecond or more, want under 5%%",
+						at.Sub(faultAt), waited[j], decided[j])
+				}
+			}
+			t.Logf("decisions inside the fault, per 250 ms slot: %s", strings.Join(slots, "; "))
+		})
 	}
 }

@@ -56,6 +56,7 @@ type memberSpec struct {
 	Fault                    bool
 	KillAt, RestartAt        int64
 	Budget, Probe, Heartbeat time.Duration
+	Defaults                 bool // go-redis's default client and hybrid's default options, not the above
 }
 
 // memberReport is what a fleet member prints when done.

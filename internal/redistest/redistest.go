@@ -445,6 +445,22 @@ func (s *Server) Restart(t testing.TB) {
 			t.Fatalf("redistest: clearing data of %s: %v", s.Addr, err)
 		}
 	}
+	s.relaunch(t)
+}
+
+// RestartKeeping kills the server if it is still running and starts it
+// again on the same port with the data it persisted (start it with
+// "--appendonly", "yes" for the data to outlive a kill), then waits until
+// it answers PING.
+func (s *Server) RestartKeeping(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	s.relaunch(t)
+}
+
+// relaunch starts the killed server again with its arguments.
+func (s *Server) relaunch(t testing.TB) {
+	t.Helper()
 	deadline := time.Now().Add(startTimeout)
 	for {
 		done, err := s.launch()
