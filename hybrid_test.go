@@ -651,3 +651,84 @@ func TestSimulatedFleet(t *testing.T) {
 		t.Errorf("G2: the fleet admitted %d < 90%% of %d", got, demanded)
 	}
 }
+
+// TestSmoothSaturation is G2's smoothness: PerMinute(2_000_000) saturated
+// by three instances (each its own go-redis client, default options): once
+// the burst is spent, every slot of 1/20 of the period (3 s) admits 0.4–1.6×
+// what the rate gives it, rather than nothing for seconds and then a lease
+// bound's worth at once, at most one Redis call per lease (G3).
+func TestSmoothSaturation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 10 s of load")
+	}
+	s := redistest.Start(t)
+	limit := tierlimit.PerMinute(2_000_000)
+	const (
+		instances, callers = 3, 4
+		slot               = 3 * time.Second // Period/20
+		slots              = 3
+		drain              = time.Second // to spend the burst first
+	)
+	limiters := make([]*hybrid.Limiter, instances)
+	for i := range limiters {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+		t.Cleanup(func() { rdb.Close() })
+		l, err := hybrid.New(rdb, limit, hybrid.WithPrefix("smooth:"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limiters[i] = l
+	}
+	start := time.Now().Add(100 * time.Millisecond)
+	from := start.Add(drain)
+	deadline := from.Add(slots * slot)
+	var bins [slots]atomic.Int64
+	var calls, errs atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range limiters {
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Until(start))
+				for {
+					now := time.Now()
+					if !now.Before(deadline) {
+						return
+					}
+					r, err := l.Allow(context.Background(), "hot")
+					calls.Add(1)
+					if err != nil {
+						errs.Add(1)
+						continue
+					}
+					if r.Allowed && !now.Before(from) {
+						bins[now.Sub(from)/slot].Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var redisCalls, leased int64
+	for _, l := range limiters {
+		l.Close()
+		st := l.Stats()
+		redisCalls += st.RedisCalls
+		leased += st.Leased
+	}
+	share := limit.Rate * int64(slot) / int64(limit.Period)
+	var got []string
+	for i := range bins {
+		n := bins[i].Load()
+		got = append(got, fmt.Sprintf("%.2f", float64(n)/float64(share)))
+		if float64(n) < 0.4*float64(share) || float64(n) > 1.6*float64(share) {
+			t.Errorf("slot %d (%v from the burst's end): %d admitted, want 0.4–1.6× the rate's %d", i, time.Duration(i)*slot, n, share)
+		}
+	}
+	t.Logf("admitted per %v slot, in shares of %d: %s; %d decisions, %d errors, %d Redis calls for %d tokens leased",
+		slot, share, strings.Join(got, ", "), calls.Load(), errs.Load(), redisCalls, leased)
+	if errs.Load() != 0 {
+		t.Errorf("%d errors reached callers, want 0", errs.Load())
+	}
+}
