@@ -409,24 +409,42 @@ func TestCloseTwiceAndNoLeak(t *testing.T) {
 }
 
 // TestStatsCountEveryDecision checks the decision counters against what the
-// callers saw, while leases expire and the janitor adds up the counts that
-// local decisions keep in their entries (and forgets entries that hold no
-// tokens): no decision is lost or counted twice, during the run and after
-// Close.
+// callers saw, while leases expire, Reset forgets keys and (with a table
+// smaller than the keys) ristretto drops entries and the janitor forgets
+// them: the counts that local decisions keep in their entries are added up
+// by Stats, and by an entry's retirement, and no decision is lost or
+// counted twice, during the run and after Close.
 func TestStatsCountEveryDecision(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"cached", nil},
+		{"dropped", []Option{WithMaxKeys(4)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { statsCountEveryDecision(t, tc.opts...) })
+	}
+}
+
+func statsCountEveryDecision(t *testing.T, opts ...Option) {
 	e := newEnv(t)
-	l := e.limiter(t, tierlimit.Limit{Rate: 10, Period: time.Second, Burst: 100}, WithLeaseTTL(10*time.Millisecond))
+	l := e.limiter(t, tierlimit.Limit{Rate: 10, Period: time.Second, Burst: 100}, append(opts, WithLeaseTTL(10*time.Millisecond))...)
 	const workers, calls, keys = 8, 1500, 20
 	var allowed, denied, local atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	go func() { // expire leases now and then: the janitor ticks every 2.5 ms
-		for {
+	go func() { // expire leases now and then (the janitor ticks every 2.5 ms), and reset a key
+		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			case <-time.After(time.Millisecond):
 				e.step(3 * time.Millisecond)
+				if i%5 == 0 {
+					if err := l.Reset(e.ctx, "k"+strconv.Itoa(i%keys)); err != nil {
+						t.Error(err)
+					}
+				}
 			}
 		}
 	}()

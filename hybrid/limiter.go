@@ -270,8 +270,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		e.owed.Store(0) // the bucket is full again: nothing to charge back
 		e.owedSince.Store(0)
 	}
-	if e, ok := l.keys.find(key, h); ok {
-		forget(e)
+	cached, ok := l.keys.find(key, h)
+	if ok {
+		forget(cached)
 	}
 	for _, e := range l.keys.holding() {
 		if e.key == key && !e.stale.Load() {
@@ -279,6 +280,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		}
 	}
 	l.keys.del(key)
+	if ok {
+		l.retire(cached) // no longer in the table: ristretto's Del drops it silently
+	}
 	if err := l.bucket.Reset(ctx, key); err != nil {
 		l.stats.lost.Add(dropped)
 		return err
@@ -313,6 +317,7 @@ func (l *Limiter) Close() error {
 		close(l.done)
 		l.wg.Wait()
 		l.closeErr = l.refundEntries(time.Time{}, true, l.keys.last())
+		l.keys.eachLast(l.retire)
 		l.keys.release()
 	})
 	return l.closeErr

@@ -72,7 +72,7 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 			refunds = append(refunds, r)
 		}
 		if e.evicted.Load() {
-			l.keys.forget(e)
+			l.forget(e)
 		}
 	}
 	return l.refund(refunds, all)
@@ -134,7 +134,7 @@ func (l *Limiter) paid(e *entry, granted int64, res tierlimit.Result) {
 		e.owedSince.Store(0)
 	}
 	if e.evicted.Load() {
-		l.keys.forget(e)
+		l.forget(e)
 	}
 }
 

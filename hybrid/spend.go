@@ -35,10 +35,11 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		l.refill(e)
 	}
 	remaining := min(left+e.remote.Load(), l.limit.Capacity())
-	// The stripe comes from the tokens left, which every spend of a key
-	// sees differently: cores spending one hot key count on different
-	// lines (BenchmarkHotKeyParallel).
-	l.tally(src, true, uint8(left))
+	if src == tierlimit.SourceLocal {
+		l.countLocal(e)
+	} else {
+		l.tally(src, true, e.stripe)
+	}
 	return tierlimit.Result{
 		Allowed:    true,
 		Limit:      l.limit,

@@ -47,6 +47,7 @@ type counters struct {
 // Stats returns the counters. The ledger is read without stopping
 // decisions, so under load its parts may be a few tokens apart.
 func (l *Limiter) Stats() Stats {
+	l.keys.each(l.harvest)
 	var s Stats
 	s.Local = l.count(tierlimit.SourceLocal)
 	s.Blocked = l.count(tierlimit.SourceBlocked)
@@ -89,6 +90,41 @@ func (l *Limiter) count(s tierlimit.Source) int64 {
 func (l *Limiter) record(res tierlimit.Result, stripe uint8) tierlimit.Result {
 	l.tally(res.Source, res.Allowed, stripe)
 	return res
+}
+
+// countLocal counts an allowed local decision on e's line, which the
+// spend's CAS already owns (BenchmarkHotKeyParallel: a counter shared by
+// the cores spending a hot key costs a line moved between them per
+// decision). Stats adds the entries' counts up (harvest); an entry the
+// table no longer holds is retired first, and a spend that finds it
+// retired adds its count at once: with the atomics' order, every count is
+// added exactly once, by retire or by the spend.
+func (l *Limiter) countLocal(e *entry) {
+	e.local.Add(1)
+	if e.retired.Load() {
+		l.harvest(e)
+	}
+}
+
+// harvest adds e's uncounted local decisions to the limiter's count.
+func (l *Limiter) harvest(e *entry) {
+	if n := e.local.Swap(0); n > 0 {
+		l.decided[e.stripe%decisionStripes].n[tierlimit.SourceLocal][1].Add(n)
+	}
+}
+
+// retire harvests e for the last time: the table no longer holds it.
+func (l *Limiter) retire(e *entry) {
+	e.retired.Store(true)
+	l.harvest(e)
+}
+
+// forget stops following e if the table may (see table.forget), and
+// retires it then.
+func (l *Limiter) forget(e *entry) {
+	if l.keys.forget(e) {
+		l.retire(e)
+	}
 }
 
 // tally counts a decision from src in stripe. The hot path calls it rather

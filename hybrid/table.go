@@ -35,9 +35,12 @@ type entry struct {
 
 	_ [64]byte // keeps the group below off the lines above
 
-	// Written by every local decision.
-	tokens atomic.Int64 // leased tokens not yet spent
-	demand atomic.Int64 // tokens spent since the last claim
+	// Written by every local decision, and read: the spend's CAS owns
+	// this line, so counting here costs no other core's line.
+	tokens  atomic.Int64 // leased tokens not yet spent
+	demand  atomic.Int64 // tokens spent since the last claim
+	local   atomic.Int64 // allowed local decisions not yet added to the limiter's count (see countLocal)
+	retired atomic.Bool  // the table no longer holds e: a spend adds its count at once
 }
 
 // table is a Limiter's one registry of keys: where a decision finds a key's
@@ -224,18 +227,32 @@ func (t *table) droppedNow() []*entry {
 }
 
 // forget stops following e if it is a dropped entry that holds no tokens
-// and owes none now. A claim that lands tokens in e later, or a fallback
+// and owes none now, and reports whether it did. A claim that lands tokens in e later, or a fallback
 // decision that makes it owe some, keeps it again: it adds them before it
 // calls keep, and forget checks them under mu.
-func (t *table) forget(e *entry) {
+func (t *table) forget(e *entry) (gone bool) {
 	t.mu.Lock()
 	if e.tokens.Load() == 0 && e.owed.Load() == 0 {
+		_, gone = t.dropped[e]
 		delete(t.dropped, e)
 		if t.lastDropped[e.key] == e {
 			delete(t.lastDropped, e.key)
 		}
 	}
 	t.mu.Unlock()
+	return gone
+}
+
+// each calls f for every entry the table holds: ristretto's and the
+// dropped ones (these only, once shut).
+func (t *table) each(f func(*entry)) {
+	if t.enter(0) {
+		t.cache.IterValues(func(e *entry) bool { f(e); return false })
+		t.exit(0)
+	}
+	for _, e := range t.droppedNow() {
+		f(e)
+	}
 }
 
 // shut turns away the calls that would use ristretto and waits for those
@@ -245,6 +262,14 @@ func (t *table) shut() { t.gate.Close() }
 
 // last is holding for Close, between shut and release.
 func (t *table) last() []*entry { return append(t.cached(), t.droppedNow()...) }
+
+// eachLast is each for Close, between shut and release.
+func (t *table) eachLast(f func(*entry)) {
+	t.cache.IterValues(func(e *entry) bool { f(e); return false })
+	for _, e := range t.droppedNow() {
+		f(e)
+	}
+}
 
 // release closes ristretto, after shut.
 func (t *table) release() { t.cache.Close() }
