@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/evict"
+	"github.com/tierlimit/tierlimit/internal/xrate"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -318,17 +319,18 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 	bad := func() { line("state", "not in the format of %s (docs/operations.md)", st.name.alg) }
 	switch st.name.alg {
 	case "tb":
-		f, ok := fields(st.value, 2)
+		f, ok := fields(st.value, 3)
 		if !ok {
 			bad()
 			return
 		}
-		line("state", "level %d units, written %s", f[0], st.ago(f[1]))
+		line("state", "level %d tokens and %d units of the next, written %s", f[0], f[1], st.ago(f[2]))
 		if limit != nil {
-			unit, per := limit.Scale()
-			level := min(limit.Capacity()*unit, f[0]+max(0, st.now-f[1])*per)
+			// The level refilled since, as the script's arithmetic has it.
+			unit, _ := limit.Scale()
+			k, r := xrate.NewState(*limit, f[0], f[1], time.UnixMicro(f[2])).Level(time.UnixMicro(st.now))
 			line("now", "%.2f of %d tokens, refilled since (up to capacity minus what a lease ledger, :held, holds)",
-				float64(level)/float64(unit), limit.Capacity())
+				float64(k)+float64(r)/float64(unit), limit.Capacity())
 		}
 	case "gcra":
 		f, ok := fields(st.value, 1)

@@ -32,7 +32,7 @@ var (
 		name: "tb", script: lua.TokenBucket, keys: []string{""}, lease: true,
 		params: func(l tierlimit.Limit) []any {
 			unit, per := l.Scale()
-			return []any{unit, per, l.Capacity() * unit}
+			return []any{unit, per, l.Capacity()}
 		},
 		capacity: tierlimit.Limit.Capacity,
 	}
