@@ -42,11 +42,12 @@ var (
 			t := emission(l)
 			return []any{t, l.Capacity() * t}
 		},
+		validate: gcraInterval,
 		capacity: tierlimit.Limit.Capacity,
 	}
 	FixedWindow    = windowAlg("fw", lua.FixedWindow, []string{""})
 	AnchoredWindow = windowAlg("aw", lua.AnchoredWindow, []string{""})
-	SlidingLog     = windowAlg("sl", lua.SlidingLog, []string{":z", ":h"})
+	SlidingLog     = logAlg()
 	SlidingWindow  = &Algorithm{
 		name: "sw", script: lua.SlidingWindow, keys: []string{""},
 		params: func(l tierlimit.Limit) []any {
@@ -79,6 +80,17 @@ func ledger(hold time.Duration) *Algorithm {
 // held -1, holder "".
 var noHolder = []any{0, -1, ""}
 
+// gcraInterval refuses a limit of more than one event a µs on GCRA: its
+// emission interval is a whole number of µs, at least 1, and would admit
+// such a limit at one a µs.
+func gcraInterval(l tierlimit.Limit) error {
+	if l.Rate > l.PeriodMicros() {
+		return fmt.Errorf("%w: %v is more than one event a microsecond, and GCRA's emission interval (Period/Rate) is a whole number of microseconds (the token bucket takes it)",
+			tierlimit.ErrInvalidLimit, l)
+	}
+	return nil
+}
+
 // emission is GCRA's interval between two events in µs, rounded up so that
 // GCRA never admits faster than the limit.
 func emission(l tierlimit.Limit) int64 {
@@ -103,6 +115,23 @@ func windowAlg(name string, s *redis.Script, keys []string) *Algorithm {
 		validate: windowBurst,
 		capacity: rate,
 	}
+}
+
+// MaxLogRate bounds the sliding log's Rate: it keeps one sorted-set member
+// (about 100 bytes) per admitted request of the last Period, up to Rate
+// of them per key.
+const MaxLogRate = 1_000_000
+
+func logAlg() *Algorithm {
+	a := windowAlg("sl", lua.SlidingLog, []string{":z", ":h"})
+	a.validate = func(l tierlimit.Limit) error {
+		if l.Rate > MaxLogRate {
+			return fmt.Errorf("%w: the sliding log keeps a sorted-set member per request, up to Rate per key: rate %d is above %d (the sliding window or the token bucket take it)",
+				tierlimit.ErrInvalidLimit, l.Rate, MaxLogRate)
+		}
+		return windowBurst(l)
+	}
+	return a
 }
 
 func rate(l tierlimit.Limit) int64 { return l.Rate }
