@@ -25,24 +25,23 @@ var limitsUsersWrite = []struct {
 	limit     tierlimit.Limit
 	refusedBy map[string]string
 }{
-	{tierlimit.PerSecond(100_000_000), map[string]string{"GCRA": "interval", "SlidingLog": "memory"}},
-	{tierlimit.PerSecond(125_000_000), map[string]string{"GCRA": "interval", "SlidingLog": "memory"}},
-	{tierlimit.PerSecond(10_000_000_000), map[string]string{"GCRA": "interval", "SlidingLog": "memory"}},
-	{tierlimit.PerSecond(1_000_000_000_000), map[string]string{"GCRA": "interval", "SlidingLog": "memory"}},
+	{tierlimit.PerSecond(100_000_000), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerSecond(125_000_000), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerSecond(10_000_000_000), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerSecond(1_000_000_000_000), map[string]string{"SlidingLog": "memory"}},
 	{tierlimit.PerDay(1_000_003), map[string]string{"SlidingLog": "memory"}},
 	{tierlimit.PerDay(10_000_019), map[string]string{"SlidingLog": "memory"}},
 	{tierlimit.Limit{Rate: 1_000_003, Period: 30 * 24 * time.Hour}, map[string]string{"SlidingLog": "memory"}},
 	{tierlimit.Limit{Rate: 1, Period: 400 * 24 * time.Hour}, nil},
 	{tierlimit.Limit{Rate: 7, Period: time.Millisecond}, nil},
 	{tierlimit.PerSecond(1_000_000_000).WithBurst(1_000_000_000_000), map[string]string{
-		"GCRA": "interval", "SlidingLog": "memory", "FixedWindow": "burst", "AnchoredWindow": "burst", "SlidingWindow": "burst"}},
+		"SlidingLog": "memory", "FixedWindow": "burst", "AnchoredWindow": "burst", "SlidingWindow": "burst"}},
 }
 
 // refusal is what a constructor's error says for each reason of refusedBy.
 var refusal = map[string]string{
-	"interval": "emission interval",
-	"memory":   "sorted-set member per request",
-	"burst":    "have no burst",
+	"memory": "sorted-set member per request",
+	"burst":  "have no burst",
 }
 
 type limitsLimiter interface {
@@ -85,8 +84,7 @@ func nilIfErr[T limitsLimiter](d T, err error) (limitsLimiter, error) {
 // refuse a limit do so in their constructor, with ErrInvalidLimit and the
 // reason; those that accept it are exact. A bucket is drained of exactly
 // its capacity, then told the exact wait for 1 token and for a larger cost
-// (ceil(n·Period/Rate) µs; GCRA counts its emission interval, Period/Rate
-// rounded up to the µs), is denied 1 µs before that wait and admits the
+// (ceil(n·Period/Rate) µs), is denied 1 µs before that wait and admits the
 // cost at it, and after a further step holds exactly what the refill gave,
 // remainders carried across calls. A window admits exactly Rate, and the
 // request is denied 1 µs before its RetryAfter and admitted at it.
@@ -108,7 +106,7 @@ func TestEveryLimit(t *testing.T) {
 					t.Fatalf("new(%v) = %v, want a limiter", tt.limit, err)
 				}
 				if alg.bucket {
-					checkBucket(t, d, tt.limit, clock, alg.name == "GCRA")
+					checkBucket(t, d, tt.limit, clock)
 				} else {
 					checkWindow(t, d, tt.limit, clock, alg.name)
 				}
@@ -121,15 +119,10 @@ func contains(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
 }
 
-// pace is the time one token takes, num/den µs: Period/Rate for a token
-// bucket, GCRA's emission interval ceil(Period/Rate) over 1.
+// pace is the time one token takes, num/den µs: Period/Rate.
 type pace struct{ num, den *big.Int }
 
-func paceOf(l tierlimit.Limit, gcra bool) pace {
-	if gcra {
-		t := (l.PeriodMicros() + l.Rate - 1) / l.Rate
-		return pace{big.NewInt(t), big.NewInt(1)}
-	}
+func paceOf(l tierlimit.Limit) pace {
 	return pace{big.NewInt(l.PeriodMicros()), big.NewInt(l.Rate)}
 }
 
@@ -155,9 +148,9 @@ func allowN(t *testing.T, d limitsLimiter, n int64) tierlimit.Result {
 	return res
 }
 
-func checkBucket(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clocktest.Clock, gcra bool) {
+func checkBucket(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clocktest.Clock) {
 	c := l.Capacity()
-	p := paceOf(l, gcra)
+	p := paceOf(l)
 	if res := allowN(t, d, c-1); !res.Allowed || res.Remaining != 1 {
 		t.Fatalf("AllowN(%d) on a full bucket = %v, remaining %d; want true, 1", c-1, res.Allowed, res.Remaining)
 	}

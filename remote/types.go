@@ -23,12 +23,10 @@ func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Op
 	return &TokenBucket{l}, nil
 }
 
-// GCRA is a generic cell rate algorithm limiter in Redis: one integer per key
-// (the theoretical arrival time). It admits what a token bucket of the same
-// limit admits, except that its emission interval (Period/Rate) is rounded up
-// to a whole microsecond, so it may admit slightly less, never more. It
-// refuses a limit of more than one event a microsecond (Rate above Period
-// in µs), which the token bucket takes.
+// GCRA is a generic cell rate algorithm limiter in Redis: one value per key
+// (the theoretical arrival time, in µs and a remainder, so that the
+// emission interval Period/Rate is exact). It admits exactly what a token
+// bucket of the same limit admits.
 //
 // A GCRA is safe for concurrent use. Its methods are Allow, AllowN and Reset.
 type GCRA struct{ *limiter }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,10 +40,10 @@ var (
 	GCRA = &Algorithm{
 		name: "gcra", script: lua.GCRA, keys: []string{""},
 		params: func(l tierlimit.Limit) []any {
-			t := emission(l)
-			return []any{t, l.Capacity() * t}
+			unit, per := l.Scale()
+			ti, tf := tolerance(l)
+			return []any{unit, per, ti, tf}
 		},
-		validate: gcraInterval,
 		capacity: tierlimit.Limit.Capacity,
 	}
 	FixedWindow    = windowAlg("fw", lua.FixedWindow, []string{""})
@@ -80,22 +81,15 @@ func ledger(hold time.Duration) *Algorithm {
 // held -1, holder "".
 var noHolder = []any{0, -1, ""}
 
-// gcraInterval refuses a limit of more than one event a µs on GCRA: its
-// emission interval is a whole number of µs, at least 1, and would admit
-// such a limit at one a µs.
-func gcraInterval(l tierlimit.Limit) error {
-	if l.Rate > l.PeriodMicros() {
-		return fmt.Errorf("%w: %v is more than one event a microsecond, and GCRA's emission interval (Period/Rate) is a whole number of microseconds (the token bucket takes it)",
-			tierlimit.ErrInvalidLimit, l)
-	}
-	return nil
-}
-
-// emission is GCRA's interval between two events in µs, rounded up so that
-// GCRA never admits faster than the limit.
-func emission(l tierlimit.Limit) int64 {
-	p := l.PeriodMicros()
-	return (p + l.Rate - 1) / l.Rate
+// tolerance returns GCRA's tau = Capacity × Period/Rate µs as ti + tf/per
+// µs (per from Limit.Scale, 0 <= tf < per), in 128 bits: Capacity × unit
+// may pass 64. The quotient is the bucket's fill time, below
+// tierlimit.MaxFill.
+func tolerance(l tierlimit.Limit) (ti, tf int64) {
+	unit, per := l.Scale()
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(unit))
+	q, r := bits.Div64(hi, lo, uint64(per))
+	return int64(q), int64(r)
 }
 
 // grain returns the sliding window's weight grain in µs: the smallest q with
