@@ -7,8 +7,8 @@
 //   - remote: exact limiters whose state lives in Redis, one Lua call per
 //     decision (token bucket, GCRA, fixed, anchored and sliding windows, and
 //     a sliding log);
-//   - local: in-process per-key limiters (golang.org/x/time/rate) in a
-//     bounded cache;
+//   - local: in-process per-key token buckets (golang.org/x/time/rate's,
+//     in exact integer arithmetic) in a bounded cache;
 //   - hybrid: token batches leased from the Redis token bucket and spent
 //     locally, so most decisions make no round trip while the fleet never
 //     admits more than one Redis bucket would.

@@ -12,8 +12,10 @@ const MaxKeyLen = 1024
 // Errors returned by the limiters for bad input and misuse; test them with
 // errors.Is. A denial is never an error.
 var (
-	// ErrInvalidLimit is returned by constructors and Limit.Validate for a
-	// limit that is zero, negative, or would overflow the exact arithmetic.
+	// ErrInvalidLimit is returned by Limit.Validate for a limit outside the
+	// ranges it documents (zero, negative, too large, or too slow to fill),
+	// and by constructors for those and for a limit their algorithm cannot
+	// hold (a burst on a window, a sliding log's rate above its memory bound).
 	ErrInvalidLimit = errors.New("tierlimit: invalid limit")
 	// ErrInvalidKey is returned by AllowN and Reset for an empty key or one
 	// longer than MaxKeyLen.

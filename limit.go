@@ -2,15 +2,26 @@ package tierlimit
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 )
 
-// Redis Lua numbers are float64, exact for integers below 2^53. Validate
-// keeps every quantity the scripts add up below that: a period of at most
-// 2^50 µs (35 years) and a bucket of at most 2^51 units.
+// The ranges Validate accepts. Redis Lua numbers are float64, exact for
+// integers below 2^53: within these ranges every quantity the scripts hold
+// stays below that, and products that would not (a refill's elapsed time
+// × Rate, a wait's tokens × Period) go through lib.lua's muldiv, exact
+// for divisors up to 2^51.
 const (
-	maxPeriodMicros = 1 << 50
-	maxUnits        = 1 << 51
+	// MaxRate bounds Rate and Burst: 10^15 (a petabyte a second, counted
+	// in bytes), below 2^50.
+	MaxRate = 1_000_000_000_000_000
+	// MaxPeriod bounds Period: 2^50 µs, about 35 years.
+	MaxPeriod = (1 << 50) * time.Microsecond
+	// MaxFill bounds the time an empty bucket takes to fill,
+	// Capacity × Period / Rate: 2^51 µs, about 71 years. Waits, TTLs and
+	// the clock plus a wait then stay below 2^53 µs, and a ResetAfter fits
+	// a time.Duration.
+	MaxFill = (1 << 51) * time.Microsecond
 )
 
 // Limit is a rate: Rate events per Period, with a bucket of Burst tokens.
@@ -63,14 +74,16 @@ func (l Limit) Scale() (unit, perMicro int64) {
 	return p / g, l.Rate / g
 }
 
-// Validate reports whether l can be enforced exactly by every tier. Its error
+// Validate reports whether l is a limit: what every tier accepts, exactly
+// (an algorithm may refuse more in its constructor, saying why). Its error
 // wraps [ErrInvalidLimit] and says which rule failed:
 //
-//   - Rate > 0, Burst >= 0, Period > 0 and a whole number of microseconds;
-//   - at most one event per microsecond (the scripts' time resolution);
-//   - Period at most 2^50 µs, and Capacity times one token's units (see
-//     [Limit.Scale]) at most 2^51, so that the scripts' float64 arithmetic
-//     stays exact.
+//   - Rate from 1 to [MaxRate], Burst from 0 to MaxRate;
+//   - Period from 1 µs to [MaxPeriod], a whole number of microseconds;
+//   - an empty bucket fills within [MaxFill]: Capacity × Period / Rate.
+//
+// Any integer Rate is exact, however many events a microsecond holds and
+// whatever factors it shares with Period.
 func (l Limit) Validate() error {
 	switch {
 	case l.Rate <= 0:
@@ -81,15 +94,19 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: period %v must be > 0", ErrInvalidLimit, l.Period)
 	case l.Period%time.Microsecond != 0:
 		return fmt.Errorf("%w: period %v is not a whole number of microseconds", ErrInvalidLimit, l.Period)
-	case l.PeriodMicros() > maxPeriodMicros:
-		return fmt.Errorf("%w: period %v is too long", ErrInvalidLimit, l.Period)
-	case l.Rate > l.PeriodMicros():
-		return fmt.Errorf("%w: %d per %v is finer than one event per microsecond", ErrInvalidLimit, l.Rate, l.Period)
+	case l.Period > MaxPeriod:
+		return fmt.Errorf("%w: period %v is longer than %v", ErrInvalidLimit, l.Period, MaxPeriod)
+	case l.Rate > MaxRate:
+		return fmt.Errorf("%w: rate %d is above %d", ErrInvalidLimit, l.Rate, int64(MaxRate))
+	case l.Burst > MaxRate:
+		return fmt.Errorf("%w: burst %d is above %d", ErrInvalidLimit, l.Burst, int64(MaxRate))
 	}
-	unit, _ := l.Scale()
-	if l.Capacity() > maxUnits/unit {
-		return fmt.Errorf("%w: burst %d × %d units per token passes 2^51 (use a shorter period, or a rate sharing more factors with it)",
-			ErrInvalidLimit, l.Capacity(), unit)
+	// Capacity × Period <= MaxFill × Rate, in 128 bits: both sides pass
+	// int64 within the ranges above.
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.PeriodMicros()))
+	mhi, mlo := bits.Mul64(uint64(MaxFill/time.Microsecond), uint64(l.Rate))
+	if hi > mhi || hi == mhi && lo > mlo {
+		return fmt.Errorf("%w: %v takes more than %v to fill an empty bucket of %d", ErrInvalidLimit, l, MaxFill, l.Capacity())
 	}
 	return nil
 }
@@ -106,7 +123,8 @@ func (l Limit) CheckCost(n int64) error {
 	return nil
 }
 
-// Every returns the time between two events at the limit's steady rate.
+// Every returns the time between two events at the limit's steady rate,
+// rounded down to the nanosecond: 0 for more than one event a nanosecond.
 func (l Limit) Every() time.Duration { return l.Period / time.Duration(l.Rate) }
 
 // String formats l as "rate/period" with the burst when it differs from Rate,

@@ -3,10 +3,12 @@ package tierlimit_test
 import (
 	"errors"
 	"math"
+	"math/big"
 	"testing"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/xrate"
 )
 
 func TestLimitValidate(t *testing.T) {
@@ -28,11 +30,29 @@ func TestLimitValidate(t *testing.T) {
 		{"negative burst", tierlimit.PerSecond(1).WithBurst(-1), false},
 		{"sub-microsecond period", tierlimit.Limit{Rate: 1, Period: 999 * time.Nanosecond}, false},
 		{"fractional microseconds", tierlimit.Limit{Rate: 1, Period: 1500 * time.Nanosecond}, false},
-		{"finer than a microsecond", tierlimit.PerSecond(1_000_001), false},
+		{"many per microsecond", tierlimit.PerSecond(1_000_001), true},
+		{"100 MB/s", tierlimit.PerSecond(100_000_000), true},
+		{"1 Gbit/s in bytes", tierlimit.PerSecond(125_000_000), true},
+		{"10 GB/s", tierlimit.PerSecond(10_000_000_000), true},
+		{"10^12 per second", tierlimit.PerSecond(1_000_000_000_000), true},
+		{"burst 10^12", tierlimit.PerSecond(1_000_000_000).WithBurst(1_000_000_000_000), true},
+		{"prime daily", tierlimit.PerDay(1_000_003), true},
+		{"larger prime daily", tierlimit.PerDay(10_000_019), true},
+		{"prime per 30 days", tierlimit.Limit{Rate: 1_000_003, Period: 30 * 24 * time.Hour}, true},
+		{"one per 400 days", tierlimit.Limit{Rate: 1, Period: 400 * 24 * time.Hour}, true},
+		{"7 per millisecond", tierlimit.Limit{Rate: 7, Period: time.Millisecond}, true},
+		{"max rate per microsecond", tierlimit.Limit{Rate: tierlimit.MaxRate, Period: time.Microsecond}, true},
+		{"above max rate", tierlimit.Limit{Rate: tierlimit.MaxRate + 1, Period: time.Second}, false},
+		{"above max burst", tierlimit.PerSecond(tierlimit.MaxRate).WithBurst(tierlimit.MaxRate + 1), false},
+		{"max period", tierlimit.Limit{Rate: 1, Period: tierlimit.MaxPeriod}, true},
+		{"above max period", tierlimit.Limit{Rate: 1, Period: tierlimit.MaxPeriod + time.Microsecond}, false},
+		{"fills in MaxFill", tierlimit.PerSecond(1).WithBurst(int64(tierlimit.MaxFill / time.Second)), true},
+		{"fills after MaxFill", tierlimit.PerSecond(1).WithBurst(int64(tierlimit.MaxFill/time.Second) + 1), false},
 		{"max rate", tierlimit.Limit{Rate: math.MaxInt64, Period: time.Second}, false},
-		{"max period", tierlimit.Limit{Rate: 1, Period: math.MaxInt64 / 1000 * 1000}, false},
+		{"max duration period", tierlimit.Limit{Rate: 1, Period: math.MaxInt64 / 1000 * 1000}, false},
 		{"max burst", tierlimit.PerSecond(1).WithBurst(math.MaxInt64), false},
-		{"scaled overflow", tierlimit.PerDay(999_983).WithBurst(1 << 40), false},
+		{"fills in 3000 years", tierlimit.PerDay(999_983).WithBurst(1 << 40), false},
+		{"max burst of a slow rate", tierlimit.Limit{Rate: 1, Period: tierlimit.MaxPeriod, Burst: tierlimit.MaxRate}, false},
 		{"min int64", tierlimit.Limit{Rate: math.MinInt64, Period: math.MinInt64, Burst: math.MinInt64}, false},
 	}
 	for _, tt := range tests {
@@ -102,30 +122,73 @@ func TestSourceString(t *testing.T) {
 	}
 }
 
-// FuzzLimit checks that Validate never panics and that a valid limit keeps
-// the scripts' arithmetic exact.
+// FuzzLimit checks Validate against the ranges it documents, computed in
+// big integers: it never panics, refuses with ErrInvalidLimit, and accepts
+// every limit within them, whose Scale keeps the rate and whose empty bucket
+// (xrate, the in-process tiers' exact bucket) waits exactly
+// ceil(n·Period/Rate) for n tokens.
 func FuzzLimit(f *testing.F) {
 	f.Add(int64(10), int64(time.Second), int64(0))
 	f.Add(int64(999_983), int64(24*time.Hour), int64(1<<40))
 	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64))
 	f.Add(int64(1), int64(1), int64(-1))
+	f.Add(int64(100_000_000), int64(time.Second), int64(0))
+	f.Add(int64(125_000_000), int64(time.Second), int64(0))
+	f.Add(int64(1_000_000_000_000), int64(time.Second), int64(1_000_000_000_000))
+	f.Add(int64(1_000_003), int64(24*time.Hour), int64(0))
+	f.Add(int64(10_000_019), int64(24*time.Hour), int64(0))
+	f.Add(int64(1_000_003), int64(30*24*time.Hour), int64(0))
+	f.Add(int64(1), int64(400*24*time.Hour), int64(0))
+	f.Add(int64(7), int64(time.Millisecond), int64(0))
+	f.Add(int64(tierlimit.MaxRate), int64(time.Microsecond), int64(tierlimit.MaxRate))
+	f.Add(int64(3), int64(tierlimit.MaxPeriod), int64(2))
 	f.Fuzz(func(t *testing.T, rate, period, burst int64) {
 		l := tierlimit.Limit{Rate: rate, Period: time.Duration(period), Burst: burst}
-		if err := l.Validate(); err != nil {
+		err := l.Validate()
+		if want := inRange(l); (err == nil) != want {
+			t.Fatalf("%v.Validate() = %v, want valid %v", l, err, want)
+		}
+		if err != nil {
 			if !errors.Is(err, tierlimit.ErrInvalidLimit) {
 				t.Fatalf("Validate() = %v, want ErrInvalidLimit", err)
 			}
 			return
 		}
 		unit, per := l.Scale()
-		if unit <= 0 || per <= 0 || per > unit {
+		if unit <= 0 || per <= 0 {
 			t.Fatalf("Scale() = %d, %d for valid %v", unit, per, l)
 		}
-		if units := l.Capacity() * unit; units > 1<<51 || units/unit != l.Capacity() {
-			t.Fatalf("capacity in units %d overflows for valid %v", units, l)
-		}
-		if unit*l.Rate != per*l.PeriodMicros() {
+		if new(big.Int).Mul(big.NewInt(unit), big.NewInt(l.Rate)).Cmp(new(big.Int).Mul(big.NewInt(per), big.NewInt(l.PeriodMicros()))) != 0 {
 			t.Fatalf("Scale() = %d, %d does not keep the rate of %v", unit, per, l)
 		}
+		t0 := time.Unix(1_700_000_000, 0)
+		b := xrate.NewWith(l, 0, t0)
+		for _, n := range []int64{1, l.Capacity()} {
+			res := b.Decide(t0, n)
+			if want := time.Duration(ceilMicros(n, l)) * time.Microsecond; res.Allowed || res.RetryAfter != want {
+				t.Fatalf("empty %v: Decide(%d) = %v, RetryAfter %v, want false, %v", l, n, res.Allowed, res.RetryAfter, want)
+			}
+		}
 	})
+}
+
+// inRange reports whether l is within the ranges Validate documents.
+func inRange(l tierlimit.Limit) bool {
+	if l.Rate < 1 || l.Rate > tierlimit.MaxRate || l.Burst < 0 || l.Burst > tierlimit.MaxRate ||
+		l.Period < time.Microsecond || l.Period > tierlimit.MaxPeriod || l.Period%time.Microsecond != 0 {
+		return false
+	}
+	return ceilMicros(l.Capacity(), l) <= int64(tierlimit.MaxFill/time.Microsecond)
+}
+
+// ceilMicros returns ceil(n·Period/Rate) in µs, computed in big integers
+// (saturated at MaxInt64).
+func ceilMicros(n int64, l tierlimit.Limit) int64 {
+	x := new(big.Int).Mul(big.NewInt(n), big.NewInt(l.PeriodMicros()))
+	x.Add(x, big.NewInt(l.Rate-1))
+	x.Quo(x, big.NewInt(l.Rate))
+	if !x.IsInt64() {
+		return math.MaxInt64
+	}
+	return x.Int64()
 }

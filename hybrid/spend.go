@@ -11,7 +11,6 @@ import (
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/xrate"
-	"golang.org/x/time/rate"
 )
 
 // lookup returns key's entry (see table.find).
@@ -164,7 +163,7 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 		}, e.stripe), nil
 	}
 	fb := l.fallbackOf(e, now)
-	res := xrate.Decide(fb.limit, fb.every, fb.burst, fb.lim, now, n)
+	res := fb.lim.Decide(now, n)
 	res.Source = tierlimit.SourceFallback
 	if res.Allowed {
 		e.owed.Add(n)
@@ -176,13 +175,11 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 }
 
 // fallback is a key's bucket while the breaker is open (mode FailFallback):
-// x/time/rate at the instance's share of the limit, for one outage.
+// an exact token bucket (xrate) at the instance's share of the limit, for
+// one outage.
 type fallback struct {
 	epoch int64 // the breaker's opening it belongs to (breaker.opens)
-	limit tierlimit.Limit
-	every rate.Limit
-	burst int
-	lim   *rate.Limiter
+	lim   *xrate.Bucket
 }
 
 // fallbackOf returns e's bucket for the outage under way, made by the first
@@ -202,8 +199,7 @@ func (l *Limiter) fallbackOf(e *entry, now time.Time) *fallback {
 	if e.lastClaim.Load() != 0 && e.blockedUntil.Load() <= now.UnixNano() {
 		tokens = e.remote.Load() / max(1, l.instances.Load())
 	}
-	fb := &fallback{epoch: epoch, limit: share, every: xrate.Every(share), burst: int(share.Capacity()),
-		lim: xrate.NewWith(share, tokens, now)}
+	fb := &fallback{epoch: epoch, lim: xrate.NewWith(share, tokens, now)}
 	if e.fb.CompareAndSwap(old, fb) {
 		return fb
 	}

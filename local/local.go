@@ -1,6 +1,7 @@
-// Package local provides an in-process keyed rate limiter: one
-// golang.org/x/time/rate token bucket per key, held in a ristretto cache
-// bounded by a maximum number of keys.
+// Package local provides an in-process keyed rate limiter: one token bucket
+// per key, exact in integer arithmetic for every limit tierlimit.Limit
+// accepts (golang.org/x/time/rate's bucket, without its float64 rounding),
+// held in a ristretto cache bounded by a maximum number of keys.
 //
 // Memory is bounded by WithMaxKeys: when more keys arrive, ristretto's
 // admission policy keeps the most frequently used ones and evicts (or
@@ -15,7 +16,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +25,6 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/gate"
 	"github.com/tierlimit/tierlimit/internal/xrate"
-	"golang.org/x/time/rate"
 )
 
 // DefaultMaxKeys is the number of keys a Limiter holds unless WithMaxKeys
@@ -92,18 +91,17 @@ type Limiter struct {
 	stripes [64]sync.Mutex
 }
 
-// setting is a limit in x/time/rate's terms. SetLimit replaces it whole;
-// gen tells buckets made under an older one.
+// setting is the limit every key follows. SetLimit replaces it whole; gen
+// tells buckets made under an older one.
 type setting struct {
 	limit tierlimit.Limit
-	every rate.Limit
-	burst int
 	gen   uint64
 }
 
-// bucket is one key's limiter and the generation of the setting it follows.
+// bucket is one key's token bucket and the generation of the setting it
+// follows.
 type bucket struct {
-	lim *rate.Limiter
+	lim *xrate.Bucket
 	gen atomic.Uint64
 }
 
@@ -140,20 +138,11 @@ func checkLimit(limit tierlimit.Limit) error {
 	if err := limit.Validate(); err != nil {
 		return fmt.Errorf("local: %w", err)
 	}
-	if limit.Capacity() > math.MaxInt {
-		// x/time/rate takes the burst as an int: 32 bits on some platforms.
-		return fmt.Errorf("%w: local: burst %d is above %d", tierlimit.ErrInvalidLimit, limit.Capacity(), math.MaxInt)
-	}
 	return nil
 }
 
 func newSetting(limit tierlimit.Limit, gen uint64) *setting {
-	return &setting{
-		limit: limit,
-		every: xrate.Every(limit),
-		burst: int(limit.Capacity()),
-		gen:   gen,
-	}
+	return &setting{limit: limit, gen: gen}
 }
 
 // Limit returns the limit every key is held to.
@@ -205,15 +194,15 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 		return tierlimit.Result{}, err
 	}
 	now := l.clock.Now()
-	b := l.bucket(key, h, set)
+	b := l.bucket(key, h, set, now)
 	if b.gen.Load() != set.gen {
 		// A SetLimit since this bucket last decided: it follows the new
-		// limit from now on (rate.Limiter orders the calls itself).
-		b.lim.SetLimitAt(now, set.every)
-		b.lim.SetBurstAt(now, set.burst)
+		// limit from now on (a second SetLimit to the same limit, from a
+		// concurrent call, changes nothing).
+		b.lim.SetLimit(now, set.limit)
 		b.gen.Store(set.gen)
 	}
-	return decide(set, b.lim, now, n), nil
+	return b.lim.Decide(now, n), nil
 }
 
 // Reset forgets key: its next call starts with a full bucket. It returns
@@ -241,7 +230,7 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-func (l *Limiter) bucket(key string, h uint64, set *setting) *bucket {
+func (l *Limiter) bucket(key string, h uint64, set *setting, now time.Time) *bucket {
 	if b, ok := l.cache.Get(key); ok {
 		return b
 	}
@@ -251,7 +240,7 @@ func (l *Limiter) bucket(key string, h uint64, set *setting) *bucket {
 	if b, ok := l.cache.Get(key); ok {
 		return b
 	}
-	b := &bucket{lim: rate.NewLimiter(set.every, set.burst)}
+	b := &bucket{lim: xrate.New(set.limit, now)}
 	b.gen.Store(set.gen)
 	// Set may be refused by the admission policy: the bucket then serves
 	// this call only, as if evicted at once.
@@ -259,8 +248,4 @@ func (l *Limiter) bucket(key string, h uint64, set *setting) *bucket {
 		l.cache.Wait()
 	}
 	return b
-}
-
-func decide(set *setting, b *rate.Limiter, now time.Time, n int64) tierlimit.Result {
-	return xrate.Decide(set.limit, set.every, set.burst, b, now, n)
 }

@@ -20,6 +20,10 @@ func FuzzAllowN(f *testing.F) {
 	f.Add(uint8(5), int64(999_983), int64(86_400_000_000), int64(0), "}{", int64(999_983), int64(1), int64(7))
 	f.Add(uint8(4), int64(-1), int64(-1), int64(-1), "", int64(-1), int64(-1), int64(-1))
 	f.Add(uint8(3), int64(7), int64(1<<50), int64(0), "x", int64(8), int64(1<<40), int64(1))
+	f.Add(uint8(0), int64(1_000_000_000_000), int64(1_000_000), int64(0), "bw", int64(333_333_333_334), int64(777_777), int64(4))
+	f.Add(uint8(0), int64(10_000_019), int64(86_400_000_000), int64(0), "day", int64(3_333_340), int64(7_777_777), int64(4))
+	f.Add(uint8(1), int64(1_000_003), int64(86_400_000_000), int64(0), "day", int64(2), int64(86_399), int64(3))
+	f.Add(uint8(5), int64(125_000_000), int64(1_000_000), int64(0), "sw", int64(125_000_000), int64(1), int64(3))
 	m, rdb := redistest.Mini(f)
 	f.Fuzz(func(t *testing.T, alg uint8, rate, periodMicros, burst int64, key string, n, stepMicros, repeat int64) {
 		a := algorithms[int(alg)%len(algorithms)]

@@ -32,7 +32,7 @@ func TestBadInput(t *testing.T) {
 		{"zero period", rdb, tierlimit.Limit{Rate: 5}, nil, tierlimit.ErrInvalidLimit},
 		{"negative burst", rdb, ok.WithBurst(-1), nil, tierlimit.ErrInvalidLimit},
 		{"nanosecond period", rdb, tierlimit.Limit{Rate: 1, Period: time.Nanosecond}, nil, tierlimit.ErrInvalidLimit},
-		{"finer than resolution", rdb, tierlimit.PerSecond(2_000_000), nil, tierlimit.ErrInvalidLimit},
+		{"above max rate", rdb, tierlimit.PerSecond(tierlimit.MaxRate + 1), nil, tierlimit.ErrInvalidLimit},
 		{"overflowing rate", rdb, tierlimit.Limit{Rate: math.MaxInt64, Period: time.Second}, nil, tierlimit.ErrInvalidLimit},
 		{"overflowing period", rdb, tierlimit.Limit{Rate: 1, Period: math.MaxInt64}, nil, tierlimit.ErrInvalidLimit},
 		{"overflowing burst", rdb, ok.WithBurst(math.MaxInt64), nil, tierlimit.ErrInvalidLimit},

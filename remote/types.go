@@ -23,10 +23,10 @@ func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Op
 	return &TokenBucket{l}, nil
 }
 
-// GCRA is a generic cell rate algorithm limiter in Redis: one integer per key
-// (the theoretical arrival time). It admits what a token bucket of the same
-// limit admits, except that its emission interval (Period/Rate) is rounded up
-// to a whole microsecond, so it may admit slightly less, never more.
+// GCRA is a generic cell rate algorithm limiter in Redis: one value per key
+// (the theoretical arrival time, in µs and a remainder, so that the
+// emission interval Period/Rate is exact). It admits exactly what a token
+// bucket of the same limit admits.
 //
 // A GCRA is safe for concurrent use. Its methods are Allow, AllowN and Reset.
 type GCRA struct{ *limiter }
@@ -79,7 +79,8 @@ func NewAnchoredWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ..
 
 // SlidingLog keeps a sorted set of the admitted events of the last Period:
 // exactly at most Rate in any window of one Period. It costs memory in
-// Redis for every admitted event (O(Rate) per key): prefer SlidingWindow or
+// Redis for every admitted request (O(Rate) per key): NewSlidingLog refuses
+// a Rate above 1,000,000 (about 100 MB per key); prefer SlidingWindow or
 // TokenBucket for large rates. Burst must be 0 (or Rate).
 //
 // A SlidingLog is safe for concurrent use. Its methods are Allow, AllowN and Reset.

@@ -10,7 +10,7 @@
 //
 // A simulated fleet: per strategy, 3 limiter instances, each with its own
 // Redis client, share a limit of 1000/s (burst 200) on one hot key. The
-// strategies are local (golang.org/x/time/rate per key in each instance,
+// strategies are local (a token bucket per key in each instance,
 // package local), remote-tb and remote-gcra (one Lua call per decision,
 // package remote) and hybrid (leased tokens spent in process, package
 // hybrid). First each runs alone, as fast as 8 goroutines per instance can

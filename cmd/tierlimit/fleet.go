@@ -17,7 +17,7 @@ import (
 
 // The strategies the demo and bench compare.
 const (
-	stratLocal  = "local"       // x/time/rate per key in each instance, no Redis
+	stratLocal  = "local"       // a token bucket per key in each instance, no Redis
 	stratTB     = "remote-tb"   // remote.TokenBucket: one Lua call per decision
 	stratGCRA   = "remote-gcra" // remote.GCRA: one Lua call per decision
 	stratHybrid = "hybrid"      // leases from the Redis token bucket, local fallback

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/evict"
+	"github.com/tierlimit/tierlimit/internal/xrate"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -312,36 +314,52 @@ func (st keyState) printLedger(line func(string, string, ...any)) {
 	line("held", "%d tokens by %d holder(s)", sum, len(holders))
 }
 
+// gcraLeft returns the tokens a GCRA key of limit holds at now when its
+// TAT is tat + f/per µs (gcra.lua): floor((now + tau − TAT)/T), with
+// T = unit/per µs and tau = Capacity·T, in big integers.
+func gcraLeft(limit tierlimit.Limit, tat, f, now int64) int64 {
+	unit, per := limit.Scale()
+	used := new(big.Int) // (TAT − now) × per, when TAT is ahead
+	if tat >= now {
+		used.Mul(big.NewInt(tat-now), big.NewInt(per))
+		used.Add(used, big.NewInt(f))
+	}
+	left := new(big.Int).Mul(big.NewInt(limit.Capacity()), big.NewInt(unit))
+	left.Sub(left, used)
+	if left.Sign() < 0 {
+		return 0
+	}
+	return min(limit.Capacity(), left.Quo(left, big.NewInt(unit)).Int64())
+}
+
 // decode explains a string value; limit, when known, turns it into what is
 // left now.
 func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Limit) {
 	bad := func() { line("state", "not in the format of %s (docs/operations.md)", st.name.alg) }
 	switch st.name.alg {
 	case "tb":
+		f, ok := fields(st.value, 3)
+		if !ok {
+			bad()
+			return
+		}
+		line("state", "level %d tokens and %d units of the next, written %s", f[0], f[1], st.ago(f[2]))
+		if limit != nil {
+			// The level refilled since, as the script's arithmetic has it.
+			unit, _ := limit.Scale()
+			k, r := xrate.NewState(*limit, f[0], f[1], time.UnixMicro(f[2])).Level(time.UnixMicro(st.now))
+			line("now", "%.2f of %d tokens, refilled since (up to capacity minus what a lease ledger, :held, holds)",
+				float64(k)+float64(r)/float64(unit), limit.Capacity())
+		}
+	case "gcra":
 		f, ok := fields(st.value, 2)
 		if !ok {
 			bad()
 			return
 		}
-		line("state", "level %d units, written %s", f[0], st.ago(f[1]))
+		line("state", "theoretical arrival time %s (and %d units of a µs)", st.ago(f[0]), f[1])
 		if limit != nil {
-			unit, per := limit.Scale()
-			level := min(limit.Capacity()*unit, f[0]+max(0, st.now-f[1])*per)
-			line("now", "%.2f of %d tokens, refilled since (up to capacity minus what a lease ledger, :held, holds)",
-				float64(level)/float64(unit), limit.Capacity())
-		}
-	case "gcra":
-		f, ok := fields(st.value, 1)
-		if !ok {
-			bad()
-			return
-		}
-		line("state", "theoretical arrival time %s", st.ago(f[0]))
-		if limit != nil {
-			t := (limit.PeriodMicros() + limit.Rate - 1) / limit.Rate
-			used := max(f[0], st.now) - st.now
-			left := min(limit.Capacity(), max(0, (limit.Capacity()*t-used)/t))
-			line("now", "%d of %d tokens", left, limit.Capacity())
+			line("now", "%d of %d tokens", gcraLeft(*limit, f[0], f[1], st.now), limit.Capacity())
 		}
 	case "fw":
 		f, ok := fields(st.value, 2)

@@ -6,8 +6,9 @@
 -- would, whatever it held when the interval began. The bucket's state,
 -- refill and write are lib.lua's (bucket_get, fill, bucket_put).
 --
--- KEYS[1]  string "s:ts": s = level in units, ts = µs of the last write. An
---          absent key is a bucket full up to what the ledger leaves.
+-- KEYS[1]  string "k:r:ts": the level is k tokens and r/unit of one more,
+--          ts = µs of the last write. An absent key is a bucket full up to
+--          what the ledger leaves.
 -- KEYS[2]  hash holder -> "held:gen:deadline": tokens the holder may still
 --          spend (an upper bound), the number of its last claim, and the µs
 --          after which it spends none of them (it promises to stop before).
@@ -17,7 +18,7 @@
 -- ARGV[3]  want: tokens to take at most (>= min)
 -- ARGV[4]  refund: tokens the holder gives back (it holds none after)
 -- ARGV[5..7] unit (units per token), per (units refilled per µs), cap
---          (capacity × unit)
+--          (capacity in tokens)
 -- ARGV[8]  hold: µs from a grant to the holder's deadline
 -- ARGV[9]  gen: the claim's number (claims of a holder are numbered in
 --          order), or for a refund the number of the last claim before it
@@ -32,10 +33,10 @@
 -- decides, deadlines included; waits and TTLs count from the clock the call
 -- read.
 --
--- Invariants, with O the tokens the ledger holds: s + O × unit <= cap after
--- every call; the level rises by at most per µs of elapsed time, whatever
--- the ledger does (a holder's deadline passing raises the ceiling, not the
--- level); a denied call grants nothing; every key has a TTL, and the state
+-- Invariants, with O the tokens the ledger holds: k + O <= cap after every
+-- call, r < unit, and r = 0 when k + O = cap; the level rises by at most
+-- per units a µs of elapsed time, whatever the ledger does (a holder's
+-- deadline passing raises the ceiling, not the level); a denied call grants nothing; every key has a TTL, and the state
 -- lives until the bucket is full after the ledger's last deadline.
 local clock = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -44,7 +45,7 @@ local hold, gen, held, holder = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(A
 if refund > 0 and not once(KEYS[3]) then
   refund = 0 -- this refund ran already
 end
-local s, ts = bucket_get(KEYS[1])
+local k, r, ts = bucket_get(KEYS[1])
 local now = clock
 if ts and ts > now then now = ts end
 
@@ -67,20 +68,20 @@ for i = 1, #raw, 2 do
 end
 
 -- Refill up to now, the ceiling rising at each deadline passed.
-if not s then
-  s, ts = math.max(cap - total * unit, 0), now
-elseif s > cap - total * unit then
-  s = math.max(cap - total * unit, 0)
+if not k then
+  k, r, ts = math.max(cap - total, 0), 0, now
+elseif k >= cap - total then
+  k, r = math.max(cap - total, 0), 0
 end
 if #dead > 1 then table.sort(dead, function(a, b) return a[1] < b[1] end) end
 for _, x in ipairs(dead) do
   if x[1] > ts then
-    s = fill(s, x[1] - ts, per, cap - total * unit)
+    k, r = fill(k, r, x[1] - ts, unit, per, cap - total)
     ts = x[1]
   end
   total = total - x[2]
 end
-s = fill(s, now - ts, per, cap - total * unit)
+k, r = fill(k, r, now - ts, unit, per, cap - total)
 local dirty = #gone > 0
 if dirty then redis.call('HDEL', KEYS[2], unpack(gone)) end
 
@@ -93,18 +94,21 @@ if refund > 0 then
     total, keep, mine = total - keep, 0, nil
     redis.call('HDEL', KEYS[2], holder)
   end
-  s = math.min(cap - total * unit, s + refund * unit)
+  if k + refund >= cap - total then
+    k, r = math.max(cap - total, 0), 0
+  else
+    k = k + refund
+  end
   dirty = true
 elseif mine and held >= 0 and held < keep then
   total, keep = total - keep + held, held
 end
 
-local avail = idiv(s, unit)
 local grant = want
-if avail < grant then grant = avail end
+if k < grant then grant = k end
 local allowed = 1
 if grant < min then grant, allowed = 0, 0 end
-s = s - grant * unit
+k = k - grant
 if holder ~= '' and held >= 0 and (grant > 0 or mine) then
   if grant > 0 then
     local d = now + hold
@@ -121,15 +125,15 @@ end
 if grant > 0 then dirty = true end
 
 local lag = now - clock
-local reset = lag + cdiv(cap - s, per)
+local reset = lag + wait_us(k, r, cap, unit, per)
 if dirty then
   if total > 0 then expire_us(KEYS[2], maxd - clock) end
   -- The level only rises until a grant rewrites the state: full by the
   -- last deadline plus reset, when the absent key means a full bucket.
   local life = reset
   if total > 0 then life = maxd - now + reset end
-  bucket_put(KEYS[1], s, now, cap, life)
+  bucket_put(KEYS[1], k, r, now, cap, life)
 end
 local retry = 0
-if allowed == 0 then retry = lag + cdiv(min * unit - s, per) end
-return {allowed, grant, idiv(s, unit), retry, reset}
+if allowed == 0 then retry = lag + wait_us(k, r, min, unit, per) end
+return {allowed, grant, k, retry, reset}

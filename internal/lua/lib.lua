@@ -1,9 +1,10 @@
 -- lib.lua: helpers prepended to every script of this package (lua.go).
 --
--- Redis Lua numbers are float64: every value the scripts compute stays an
--- integer below 2^53 (tierlimit.Limit.Validate rejects limits that could not),
--- and divisions go through idiv/cdiv, which correct float rounding so that
--- they are exact.
+-- Redis Lua numbers are float64: every value the scripts hold stays an
+-- integer below 2^53 (within the ranges tierlimit.Limit.Validate accepts),
+-- divisions go through idiv/cdiv, which correct float rounding so that they
+-- are exact, and a product that may pass 2^53 goes through muldiv, which
+-- carries a remainder instead of rounding.
 --
 -- ARGV[1] of every script is a client clock in microseconds, or 0 to read the
 -- server clock (TIME), which is the default: app servers' clocks never decide.
@@ -62,30 +63,81 @@ local function once(key)
   return not key or redis.call('SET', key, '1', 'NX', 'PX', 30000) ~= false
 end
 
--- bucket_get returns the level s (units) and time ts (µs of the last write)
--- of the token bucket at key, stored as "s:ts", or nil when the key is
+-- muldiv returns q, r with a·b + c = q·d + r and 0 <= r < d, exactly, for
+-- integers a, b >= 0, 0 <= c < 2^52, 0 < d <= 2^51, and q < 2^53 (the
+-- caller's bound: the product itself may pass 2^53). Products below 2^52
+-- are exact in float64 and take one division; larger ones split b into
+-- bq·d + br and add up a·br bit by bit of a, doubling a remainder below d.
+local function muldiv(a, b, c, d)
+  local p = a * b
+  if p <= 4503599627370496 then -- 2^52: p is exact, p + c < 2^53
+    local q = idiv(p + c, d)
+    return q, p + c - q * d
+  end
+  local bq = idiv(b, d)
+  local br = b - bq * d
+  local q = idiv(c, d)
+  local r = c - q * d
+  q = q + a * bq
+  local bit = 1
+  while bit * 2 <= a do bit = bit * 2 end
+  local hq, hr, rest = 0, 0, a -- hq·d + hr = br × (the bits of a read so far)
+  while bit >= 1 do
+    hq, hr = hq * 2, hr * 2
+    if hr >= d then hq, hr = hq + 1, hr - d end
+    if rest >= bit then
+      rest = rest - bit
+      hr = hr + br
+      if hr >= d then hq, hr = hq + 1, hr - d end
+    end
+    bit = bit / 2
+  end
+  q, r = q + hq, r + hr
+  if r >= d then q, r = q + 1, r - d end
+  return q, r
+end
+
+-- The token bucket's level is k whole tokens and r/unit of one more
+-- (0 <= r < unit), where one token is unit units and a µs refills per
+-- units (tierlimit.Limit.Scale: Period in µs and Rate over their gcd). Two
+-- limbs, because k × unit may pass 2^53: the level in units never is
+-- formed.
+
+-- bucket_get returns the level k, r and time ts (µs of the last write) of
+-- the token bucket at key, stored as "k:r:ts", or nil when the key is
 -- absent (tokenbucket.lua and ledger.lua say what that means).
 local function bucket_get(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local s, ts = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(s), tonumber(ts)
+  local k, r, ts = string.match(v, '^(%d+):(%d+):(%d+)$')
+  return tonumber(k), tonumber(r), tonumber(ts)
 end
 
--- fill returns level s after e µs of refill at per units a µs, up to ceil
--- (a level already above ceil stays; e <= 0 adds nothing). s + e × per
--- passes 2^53 only when far above ceil, which min then returns exactly.
-local function fill(s, e, per, ceil)
-  if e <= 0 then return s end
-  return math.min(math.max(ceil, s), s + e * per)
+-- wait_us returns the µs level k, r takes to reach m tokens at per units a
+-- µs (0 when it holds them): ceil(((m - k)·unit - r) / per), through
+-- muldiv. It is below 2^51 for m up to capacity (tierlimit.MaxFill).
+local function wait_us(k, r, m, unit, per)
+  if k >= m then return 0 end
+  return (muldiv(m - k - 1, unit, unit - r + per - 1, per))
 end
 
--- bucket_put stores level s at time ts in the bucket at key with a TTL of
--- at least us µs, or deletes the key when s is cap: an absent key is full.
-local function bucket_put(key, s, ts, cap, us)
-  if s >= cap then
+-- fill returns level k, r after e µs of refill, up to ceil tokens (a level
+-- already at or above ceil stays; e <= 0 adds nothing). A level that
+-- reaches ceil is ceil whole tokens.
+local function fill(k, r, e, unit, per, ceil)
+  if e <= 0 or k >= ceil then return k, r end
+  if e >= wait_us(k, r, ceil, unit, per) then return ceil, 0 end
+  local q, nr = muldiv(e, per, r, unit)
+  return k + q, nr
+end
+
+-- bucket_put stores level k, r at time ts in the bucket at key with a TTL
+-- of at least us µs, or deletes the key when k is cap: an absent key is
+-- full.
+local function bucket_put(key, k, r, ts, cap, us)
+  if k >= cap then
     redis.call('DEL', key)
   else
-    put(key, string.format('%d:%d', s, ts), us)
+    put(key, string.format('%d:%d:%d', k, r, ts), us)
   end
 end

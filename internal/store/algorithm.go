@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,21 +33,22 @@ var (
 		name: "tb", script: lua.TokenBucket, keys: []string{""}, lease: true,
 		params: func(l tierlimit.Limit) []any {
 			unit, per := l.Scale()
-			return []any{unit, per, l.Capacity() * unit}
+			return []any{unit, per, l.Capacity()}
 		},
 		capacity: tierlimit.Limit.Capacity,
 	}
 	GCRA = &Algorithm{
 		name: "gcra", script: lua.GCRA, keys: []string{""},
 		params: func(l tierlimit.Limit) []any {
-			t := emission(l)
-			return []any{t, l.Capacity() * t}
+			unit, per := l.Scale()
+			ti, tf := tolerance(l)
+			return []any{unit, per, ti, tf}
 		},
 		capacity: tierlimit.Limit.Capacity,
 	}
 	FixedWindow    = windowAlg("fw", lua.FixedWindow, []string{""})
 	AnchoredWindow = windowAlg("aw", lua.AnchoredWindow, []string{""})
-	SlidingLog     = windowAlg("sl", lua.SlidingLog, []string{":z", ":h"})
+	SlidingLog     = logAlg()
 	SlidingWindow  = &Algorithm{
 		name: "sw", script: lua.SlidingWindow, keys: []string{""},
 		params: func(l tierlimit.Limit) []any {
@@ -79,11 +81,15 @@ func ledger(hold time.Duration) *Algorithm {
 // held -1, holder "".
 var noHolder = []any{0, -1, ""}
 
-// emission is GCRA's interval between two events in µs, rounded up so that
-// GCRA never admits faster than the limit.
-func emission(l tierlimit.Limit) int64 {
-	p := l.PeriodMicros()
-	return (p + l.Rate - 1) / l.Rate
+// tolerance returns GCRA's tau = Capacity × Period/Rate µs as ti + tf/per
+// µs (per from Limit.Scale, 0 <= tf < per), in 128 bits: Capacity × unit
+// may pass 64. The quotient is the bucket's fill time, below
+// tierlimit.MaxFill.
+func tolerance(l tierlimit.Limit) (ti, tf int64) {
+	unit, per := l.Scale()
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(unit))
+	q, r := bits.Div64(hi, lo, uint64(per))
+	return int64(q), int64(r)
 }
 
 // grain returns the sliding window's weight grain in µs: the smallest q with
@@ -103,6 +109,23 @@ func windowAlg(name string, s *redis.Script, keys []string) *Algorithm {
 		validate: windowBurst,
 		capacity: rate,
 	}
+}
+
+// MaxLogRate bounds the sliding log's Rate: it keeps one sorted-set member
+// (about 100 bytes) per admitted request of the last Period, up to Rate
+// of them per key.
+const MaxLogRate = 1_000_000
+
+func logAlg() *Algorithm {
+	a := windowAlg("sl", lua.SlidingLog, []string{":z", ":h"})
+	a.validate = func(l tierlimit.Limit) error {
+		if l.Rate > MaxLogRate {
+			return fmt.Errorf("%w: the sliding log keeps a sorted-set member per request, up to Rate per key: rate %d is above %d (the sliding window or the token bucket take it)",
+				tierlimit.ErrInvalidLimit, l.Rate, MaxLogRate)
+		}
+		return windowBurst(l)
+	}
+	return a
 }
 
 func rate(l tierlimit.Limit) int64 { return l.Rate }

@@ -182,7 +182,6 @@ func FuzzLedger(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		unit, _ := limit.Scale()
 		keys := tb.Keys("k")
 		now := t0
 		m.SetTime(now)
@@ -256,12 +255,12 @@ func FuzzLedger(f *testing.F) {
 				}
 			}
 			if v, err := rdb.Get(ctx, keys[0]).Result(); err == nil {
-				var s, ts int64
-				if _, err := fmt.Sscanf(v, "%d:%d", &s, &ts); err != nil {
+				var k, r, ts int64
+				if _, err := fmt.Sscanf(v, "%d:%d:%d", &k, &r, &ts); err != nil {
 					t.Fatalf("state %q: %v", v, err)
 				}
-				if s+sum*unit > limit.Capacity()*unit {
-					t.Fatalf("level %d units + records %d tokens > capacity %d", s, sum, limit.Capacity())
+				if k+sum > limit.Capacity() || k+sum == limit.Capacity() && r > 0 {
+					t.Fatalf("level %d tokens + %d/unit + records %d tokens > capacity %d", k, r, sum, limit.Capacity())
 				}
 			} else if sum > limit.Capacity() {
 				t.Fatalf("records %d > capacity %d", sum, limit.Capacity())

@@ -1,57 +1,170 @@
-// Package xrate decides with a golang.org/x/time/rate limiter and reports
-// the decision as a tierlimit.Result: the in-process tiers (local, and
-// hybrid's fallback) share it.
+// Package xrate is the in-process tiers' token bucket (local, and hybrid's
+// fallback): golang.org/x/time/rate's bucket, which it replaced, in exact
+// integer arithmetic, reporting each decision as a tierlimit.Result.
+//
+// x/time/rate counts tokens in float64: at 10^8 events a second a bucket
+// gains or loses whole tokens to rounding, and its waits drift. Bucket
+// counts whole tokens and a remainder in 1/unit of a token, where one
+// token is unit units and a microsecond refills per units
+// (tierlimit.Limit.Scale), the Redis token bucket's arithmetic; products
+// pass 64 bits in math/bits' 128.
 package xrate
 
 import (
 	"math"
+	"math/bits"
+	"sync"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
-	"golang.org/x/time/rate"
 )
 
-// Every returns limit's rate in x/time/rate's terms: events per second.
-func Every(limit tierlimit.Limit) rate.Limit {
-	return rate.Limit(float64(limit.Rate) / limit.Period.Seconds())
+// Bucket is one key's token bucket. It is safe for concurrent use and must
+// not be copied. Its limit must be valid (tierlimit.Limit.Validate).
+type Bucket struct {
+	mu     sync.Mutex
+	limit  tierlimit.Limit
+	unit   uint64 // units per token
+	per    uint64 // units refilled per µs
+	cap    uint64 // capacity in tokens
+	tokens uint64 // whole tokens, <= cap
+	rem    uint64 // units of the next token, < unit; 0 when tokens == cap
+	last   time.Time
 }
 
-// New returns a full x/time/rate limiter of limit.
-func New(limit tierlimit.Limit) *rate.Limiter {
-	return rate.NewLimiter(Every(limit), int(limit.Capacity()))
+// New returns a full Bucket of limit.
+func New(limit tierlimit.Limit, now time.Time) *Bucket {
+	return NewWith(limit, limit.Capacity(), now)
 }
 
-// NewWith returns an x/time/rate limiter of limit that holds tokens now
-// (capped at the burst; at least 0).
-func NewWith(limit tierlimit.Limit, tokens int64, now time.Time) *rate.Limiter {
-	lim := New(limit)
-	if take := limit.Capacity() - max(0, min(tokens, limit.Capacity())); take > 0 {
-		lim.AllowN(now, int(take))
+// NewWith returns a Bucket of limit that holds tokens at now (capped at
+// the capacity; at least 0).
+func NewWith(limit tierlimit.Limit, tokens int64, now time.Time) *Bucket {
+	b := &Bucket{last: now}
+	b.setLimit(limit)
+	b.tokens = uint64(max(0, min(tokens, limit.Capacity())))
+	return b
+}
+
+// NewState returns a Bucket of limit in the state the Redis token bucket
+// stores ("k:r:ts", internal/lua/tokenbucket.lua): tokens whole tokens and
+// units of the next at at (tokens capped at the capacity, units below one
+// token).
+func NewState(limit tierlimit.Limit, tokens, units int64, at time.Time) *Bucket {
+	b := NewWith(limit, tokens, at)
+	if b.tokens < b.cap {
+		b.rem = min(uint64(max(0, units)), b.unit-1)
 	}
-	return lim
+	return b
 }
 
-// Decide takes n tokens from lim at now if it holds them (n == 0 peeks),
-// where lim follows limit at every events per second with burst tokens,
-// and returns the decision with its Remaining, RetryAfter and ResetAfter.
-func Decide(limit tierlimit.Limit, every rate.Limit, burst int, lim *rate.Limiter, now time.Time, n int64) tierlimit.Result {
-	res := tierlimit.Result{Limit: limit, Source: tierlimit.SourceLocal}
-	res.Allowed = n == 0 || n <= int64(burst) && lim.AllowN(now, int(n))
-	tokens := lim.TokensAt(now)
-	res.Remaining = int64(math.Max(0, math.Floor(tokens)))
-	if !res.Allowed {
-		res.RetryAfter = wait(every, float64(n)-tokens)
+// Level returns the level of b at now: whole tokens, and units (of Unit
+// per token) of the next.
+func (b *Bucket) Level(now time.Time) (tokens, units int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	return int64(b.tokens), int64(b.rem)
+}
+
+func (b *Bucket) setLimit(limit tierlimit.Limit) {
+	unit, per := limit.Scale()
+	b.limit, b.unit, b.per, b.cap = limit, uint64(unit), uint64(per), uint64(limit.Capacity())
+}
+
+// Limit returns the limit b follows.
+func (b *Bucket) Limit() tierlimit.Limit {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.limit
+}
+
+// SetLimit makes b follow limit from now on: it keeps the tokens it holds
+// at now (capped at the new capacity), as x/time/rate's SetLimitAt and
+// SetBurstAt do, and the part of a token it has refilled.
+func (b *Bucket) SetLimit(now time.Time, limit tierlimit.Limit) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	oldUnit := b.unit
+	b.setLimit(limit)
+	if b.tokens >= b.cap {
+		b.tokens, b.rem = b.cap, 0
+		return
 	}
-	res.ResetAfter = wait(every, float64(burst)-tokens)
+	// rem/oldUnit of a token in the new units, rounded down.
+	hi, lo := bits.Mul64(b.rem, b.unit)
+	b.rem, _ = bits.Div64(hi, lo, oldUnit)
+}
+
+// Decide takes n tokens at now if b holds them (n == 0 peeks; n above the
+// capacity is denied) and returns the decision with its Remaining,
+// RetryAfter and ResetAfter, exact to the nanosecond of now.
+func (b *Bucket) Decide(now time.Time, n int64) tierlimit.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	res := tierlimit.Result{Limit: b.limit, Source: tierlimit.SourceLocal}
+	res.Allowed = n == 0 || n > 0 && uint64(n) <= b.tokens
+	if res.Allowed {
+		b.tokens -= uint64(n)
+	} else {
+		res.RetryAfter = b.wait(now, uint64(n))
+	}
+	res.Remaining = int64(b.tokens)
+	res.ResetAfter = b.wait(now, b.cap)
 	return res
 }
 
-// wait returns the time to refill tokens at every per second, rounded up
-// to the microsecond.
-func wait(every rate.Limit, tokens float64) time.Duration {
-	if tokens <= 0 {
+// advance refills b up to now: the whole µs since last, which it then
+// moves to. A clock behind last refills nothing.
+func (b *Bucket) advance(now time.Time) {
+	d := now.Sub(b.last) / time.Microsecond
+	if d <= 0 {
+		return
+	}
+	b.last = b.last.Add(d * time.Microsecond)
+	if b.tokens >= b.cap {
+		return
+	}
+	if full := b.micros(b.cap); uint64(d) >= full {
+		b.tokens, b.rem = b.cap, 0
+		return
+	}
+	// rem + d·per units, below (cap - tokens)·unit: the quotient fits.
+	hi, lo := bits.Mul64(uint64(d), b.per)
+	var c uint64
+	lo, c = bits.Add64(lo, b.rem, 0)
+	hi += c
+	q, r := bits.Div64(hi, lo, b.unit)
+	b.tokens, b.rem = b.tokens+q, r
+}
+
+// micros returns the µs from last until b holds m tokens:
+// ceil(((m - tokens)·unit - rem) / per), or MaxUint64 past 64 bits (a
+// cost above the capacity).
+func (b *Bucket) micros(m uint64) uint64 {
+	if m <= b.tokens {
 		return 0
 	}
-	d := time.Duration(math.Ceil(tokens / float64(every) * 1e6))
-	return d * time.Microsecond
+	hi, lo := bits.Mul64(m-b.tokens, b.unit)
+	var c uint64
+	lo, c = bits.Sub64(lo, b.rem, 0)
+	hi -= c
+	lo, c = bits.Add64(lo, b.per-1, 0)
+	hi += c
+	if hi >= b.per {
+		return math.MaxUint64
+	}
+	q, _ := bits.Div64(hi, lo, b.per)
+	return q
+}
+
+// wait returns the time from now until b holds m tokens.
+func (b *Bucket) wait(now time.Time, m uint64) time.Duration {
+	us := b.micros(m)
+	if us > uint64(math.MaxInt64/int64(time.Microsecond)) {
+		return math.MaxInt64
+	}
+	return max(0, b.last.Add(time.Duration(us)*time.Microsecond).Sub(now))
 }

@@ -1,0 +1,214 @@
+package tierlimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/clocktest"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/local"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// limitsUsersWrite are the limits of design.md §5 that earlier versions
+// refused or rounded: bandwidth in bytes, prime daily quotas, long and short
+// periods, a burst of 10^12. refusedBy names the algorithms that refuse one
+// in their constructor, and why.
+var limitsUsersWrite = []struct {
+	limit     tierlimit.Limit
+	refusedBy map[string]string
+}{
+	{tierlimit.PerSecond(100_000_000), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerSecond(125_000_000), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerSecond(10_000_000_000), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerSecond(1_000_000_000_000), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerDay(1_000_003), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerDay(10_000_019), map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.Limit{Rate: 1_000_003, Period: 30 * 24 * time.Hour}, map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.Limit{Rate: 1, Period: 400 * 24 * time.Hour}, nil},
+	{tierlimit.Limit{Rate: 7, Period: time.Millisecond}, nil},
+	{tierlimit.PerSecond(1_000_000_000).WithBurst(1_000_000_000_000), map[string]string{
+		"SlidingLog": "memory", "FixedWindow": "burst", "AnchoredWindow": "burst", "SlidingWindow": "burst"}},
+}
+
+// refusal is what a constructor's error says for each reason of refusedBy.
+var refusal = map[string]string{
+	"memory": "sorted-set member per request",
+	"burst":  "have no burst",
+}
+
+type limitsLimiter interface {
+	AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
+}
+
+// limitsAlgorithms are the tiers TestEveryLimit runs: local, and every
+// remote algorithm on a real Redis with a client clock. bucket algorithms
+// count a token bucket; the others windows of Rate per Period.
+var limitsAlgorithms = []struct {
+	name   string
+	bucket bool
+	new    func(rdb redis.UniversalClient, l tierlimit.Limit, clock *clocktest.Clock, prefix string) (limitsLimiter, error)
+}{
+	{"local", true, func(_ redis.UniversalClient, l tierlimit.Limit, c *clocktest.Clock, _ string) (limitsLimiter, error) {
+		return nilIfErr(local.New(l, local.WithClock(c), local.WithMaxKeys(16)))
+	}},
+	{"TokenBucket", true, remoteNew(remote.NewTokenBucket)},
+	{"GCRA", true, remoteNew(remote.NewGCRA)},
+	{"FixedWindow", false, remoteNew(remote.NewFixedWindow)},
+	{"AnchoredWindow", false, remoteNew(remote.NewAnchoredWindow)},
+	{"SlidingLog", false, remoteNew(remote.NewSlidingLog)},
+	{"SlidingWindow", false, remoteNew(remote.NewSlidingWindow)},
+}
+
+func remoteNew[T limitsLimiter](f func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (T, error)) func(redis.UniversalClient, tierlimit.Limit, *clocktest.Clock, string) (limitsLimiter, error) {
+	return func(rdb redis.UniversalClient, l tierlimit.Limit, c *clocktest.Clock, prefix string) (limitsLimiter, error) {
+		return nilIfErr(f(rdb, l, remote.WithClientClock(c), remote.WithPrefix(prefix)))
+	}
+}
+
+func nilIfErr[T limitsLimiter](d T, err error) (limitsLimiter, error) {
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return d, nil
+}
+
+// TestEveryLimit runs limitsUsersWrite through every tier: those that
+// refuse a limit do so in their constructor, with ErrInvalidLimit and the
+// reason; those that accept it are exact. A bucket is drained of exactly
+// its capacity, then told the exact wait for 1 token and for a larger cost
+// (ceil(n·Period/Rate) µs), is denied 1 µs before that wait and admits the
+// cost at it, and after a further step holds exactly what the refill gave,
+// remainders carried across calls. A window admits exactly Rate, and the
+// request is denied 1 µs before its RetryAfter and admitted at it.
+func TestEveryLimit(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	for i, tt := range limitsUsersWrite {
+		for _, alg := range limitsAlgorithms {
+			t.Run(fmt.Sprintf("%v/%s", tt.limit, alg.name), func(t *testing.T) {
+				t0 := time.Unix(1_700_000_000, 0)
+				clock := clocktest.New(t0)
+				d, err := alg.new(rdb, tt.limit, clock, fmt.Sprintf("every%d:", i))
+				if why, refused := tt.refusedBy[alg.name]; refused {
+					if !errors.Is(err, tierlimit.ErrInvalidLimit) || !contains(err, refusal[why]) {
+						t.Fatalf("new(%v) = %v, want ErrInvalidLimit saying %q", tt.limit, err, refusal[why])
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("new(%v) = %v, want a limiter", tt.limit, err)
+				}
+				if alg.bucket {
+					checkBucket(t, d, tt.limit, clock)
+				} else {
+					checkWindow(t, d, tt.limit, clock, alg.name)
+				}
+			})
+		}
+	}
+}
+
+func contains(err error, s string) bool {
+	return err != nil && strings.Contains(err.Error(), s)
+}
+
+// pace is the time one token takes, num/den µs: Period/Rate.
+type pace struct{ num, den *big.Int }
+
+func paceOf(l tierlimit.Limit) pace {
+	return pace{big.NewInt(l.PeriodMicros()), big.NewInt(l.Rate)}
+}
+
+// wait returns the µs n tokens take to refill: ceil(n·num/den).
+func (p pace) wait(n int64) time.Duration {
+	x := new(big.Int).Mul(big.NewInt(n), p.num)
+	x.Add(x, new(big.Int).Sub(p.den, big.NewInt(1)))
+	return time.Duration(x.Quo(x, p.den).Int64()) * time.Microsecond
+}
+
+// tokens returns the whole tokens d refills: floor(d·den/num).
+func (p pace) tokens(d time.Duration) int64 {
+	x := new(big.Int).Mul(big.NewInt(int64(d/time.Microsecond)), p.den)
+	return x.Quo(x, p.num).Int64()
+}
+
+func allowN(t *testing.T, d limitsLimiter, n int64) tierlimit.Result {
+	t.Helper()
+	res, err := d.AllowN(context.Background(), "k", n)
+	if err != nil {
+		t.Fatalf("AllowN(%d) = %v", n, err)
+	}
+	return res
+}
+
+func checkBucket(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clocktest.Clock) {
+	c := l.Capacity()
+	p := paceOf(l)
+	if res := allowN(t, d, c-1); !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("AllowN(%d) on a full bucket = %v, remaining %d; want true, 1", c-1, res.Allowed, res.Remaining)
+	}
+	if res := allowN(t, d, 1); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("AllowN(1) with 1 left = %v, remaining %d; want true, 0", res.Allowed, res.Remaining)
+	}
+	m := c/3 + 1 // a larger cost
+	for _, n := range []int64{1, m} {
+		res := allowN(t, d, n)
+		if want := p.wait(n); res.Allowed || res.RetryAfter != want {
+			t.Errorf("AllowN(%d) drained = %v, RetryAfter %v; want false, %v", n, res.Allowed, res.RetryAfter, want)
+		}
+		if want := p.wait(c); res.ResetAfter != want {
+			t.Errorf("AllowN(%d) drained: ResetAfter %v, want %v", n, res.ResetAfter, want)
+		}
+	}
+	w := p.wait(m)
+	clock.Add(w - time.Microsecond)
+	if res := allowN(t, d, m); res.Allowed || res.RetryAfter != time.Microsecond {
+		t.Errorf("AllowN(%d) 1µs before its wait = %v, RetryAfter %v; want false, 1µs", m, res.Allowed, res.RetryAfter)
+	}
+	clock.Add(time.Microsecond)
+	if res := allowN(t, d, m); !res.Allowed || res.Remaining != p.tokens(w)-m {
+		t.Errorf("AllowN(%d) at its wait %v = %v, remaining %d; want true, %d", m, w, res.Allowed, res.Remaining, p.tokens(w)-m)
+	}
+	// An odd step: what the refill gave since the bucket was drained,
+	// less what was taken, remainders included.
+	clock.Add(7_777_777 * time.Microsecond)
+	want := min(c, p.tokens(w+7_777_777*time.Microsecond)-m)
+	if res := allowN(t, d, 0); res.Remaining != want {
+		t.Errorf("AllowN(0) %v after draining = remaining %d, want %d", w+7_777_777*time.Microsecond, res.Remaining, want)
+	}
+}
+
+func checkWindow(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clocktest.Clock, alg string) {
+	if res := allowN(t, d, l.Rate); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("AllowN(%d) on a fresh window = %v, remaining %d; want true, 0", l.Rate, res.Allowed, res.Remaining)
+	}
+	res := allowN(t, d, 1)
+	if res.Allowed {
+		t.Fatalf("AllowN(1) after %d = true, want false", l.Rate)
+	}
+	p := l.Period
+	want := map[string]time.Duration{
+		"FixedWindow":    p - time.Duration(clock.Now().UnixMicro()%l.PeriodMicros())*time.Microsecond,
+		"AnchoredWindow": p,
+		"SlidingLog":     p,
+	}
+	if w, ok := want[alg]; ok && res.RetryAfter != w {
+		t.Errorf("AllowN(1) drained: RetryAfter %v, want %v", res.RetryAfter, w)
+	}
+	retry := res.RetryAfter
+	clock.Add(retry - time.Microsecond)
+	if res := allowN(t, d, 1); res.Allowed {
+		t.Errorf("AllowN(1) 1µs before RetryAfter %v = true, want false", retry)
+	}
+	clock.Add(time.Microsecond)
+	if res := allowN(t, d, 1); !res.Allowed {
+		t.Errorf("AllowN(1) at RetryAfter %v = false, want true", retry)
+	}
+}
