@@ -2,6 +2,7 @@ package tierlimit
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 )
@@ -121,6 +122,27 @@ func (l Limit) CheckCost(n int64) error {
 		return fmt.Errorf("%w: n %d exceeds burst %d", ErrInvalidCost, n, l.Capacity())
 	}
 	return nil
+}
+
+// RefillTime returns how long the limit's bucket takes to refill n tokens:
+// ceil(n·Period/Rate), to the nanosecond, exact for every valid limit
+// (math.MaxInt64 past what a Duration holds; 0 for n <= 0).
+func (l Limit) RefillTime(n int64) time.Duration {
+	if n <= 0 || l.Rate <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(n), uint64(l.Period))
+	var c uint64
+	lo, c = bits.Add64(lo, uint64(l.Rate)-1, 0)
+	hi += c
+	if hi >= uint64(l.Rate) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(l.Rate))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(q)
 }
 
 // Every returns the time between two events at the limit's steady rate,

@@ -192,3 +192,26 @@ func ceilMicros(n int64, l tierlimit.Limit) int64 {
 	}
 	return x.Int64()
 }
+
+func TestRefillTime(t *testing.T) {
+	tests := []struct {
+		limit tierlimit.Limit
+		n     int64
+		want  time.Duration
+	}{
+		{tierlimit.PerSecond(10), 1, 100 * time.Millisecond},
+		{tierlimit.PerSecond(10), 0, 0},
+		{tierlimit.PerSecond(3), 1, 333333334}, // rounded up
+		{tierlimit.PerSecond(1_000_000_000_000), 1, 1},
+		{tierlimit.PerSecond(1_000_000_000_000), 1_000_000_000_000, time.Second},
+		{tierlimit.PerDay(1_000_003), 1_000_003, 24 * time.Hour},
+		{tierlimit.PerDay(1_000_003), 1, 86399741}, // ceil(86400e9/1000003)
+		{tierlimit.Limit{Rate: 1, Period: 400 * 24 * time.Hour}, 1, 400 * 24 * time.Hour},
+		{tierlimit.Limit{Rate: 1, Period: tierlimit.MaxPeriod}, 1 << 20, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		if got := tt.limit.RefillTime(tt.n); got != tt.want {
+			t.Errorf("%v.RefillTime(%d) = %d, want %d", tt.limit, tt.n, got, tt.want)
+		}
+	}
+}

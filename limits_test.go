@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/local"
@@ -112,6 +113,44 @@ func TestEveryLimit(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestEveryLimitHybrid runs limitsUsersWrite through hybrid, with default
+// options, on real time (its bucket reads Redis's clock): every limit is
+// accepted; a full bucket admits its capacity at once; a denial right after
+// is for the caller's own cost, at most twice the exact wait plus the
+// refill interval (G2), and ResetAfter at most the time to fill.
+func TestEveryLimitHybrid(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	for i, tt := range limitsUsersWrite {
+		t.Run(tt.limit.String(), func(t *testing.T) {
+			l, err := hybrid.New(rdb, tt.limit, hybrid.WithPrefix(fmt.Sprintf("everyh%d:", i)))
+			if err != nil {
+				t.Fatalf("New(%v) = %v", tt.limit, err)
+			}
+			defer l.Close()
+			c := tt.limit.Capacity()
+			p := paceOf(tt.limit)
+			if res := allowN(t, l, c); !res.Allowed {
+				t.Fatalf("AllowN(%d) on a full bucket = %+v, want allowed", c, res)
+			}
+			for _, n := range []int64{1, c/3 + 1} {
+				res := allowN(t, l, n)
+				if hi := 2*p.wait(n) + hybrid.DefaultRefillInterval + 5*time.Millisecond; !res.Allowed && (res.RetryAfter <= 0 || res.RetryAfter > hi) {
+					t.Errorf("AllowN(%d) drained: RetryAfter %v, want in (0, %v]", n, res.RetryAfter, hi)
+				}
+				if res.ResetAfter < 0 || res.ResetAfter > p.wait(c)+time.Microsecond {
+					t.Errorf("AllowN(%d): ResetAfter %v, want within the time to fill, %v", n, res.ResetAfter, p.wait(c))
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			if st := l.Stats(); st.Leased != st.Spent+st.Refunded+st.Lost+st.Held {
+				t.Errorf("ledger %+v does not balance", st)
+			}
+		})
 	}
 }
 

@@ -28,6 +28,9 @@ func TestHonestRetryAfter(t *testing.T) {
 	for i, limit := range []tierlimit.Limit{
 		tierlimit.PerSecond(10), tierlimit.PerSecond(1000), tierlimit.PerMinute(100),
 		tierlimit.PerMinute(2_000_000), tierlimit.PerDay(1_000_000),
+		// Prime quotas past 2^53 units, and a year-long period (issue 17).
+		tierlimit.PerDay(1_000_003), tierlimit.PerDay(10_000_019),
+		{Rate: 1_000_003, Period: 30 * 24 * time.Hour}, {Rate: 3, Period: 400 * 24 * time.Hour},
 	} {
 		t.Run(limit.String(), func(t *testing.T) {
 			prefix := fmt.Sprintf("g2-%d:", i)
@@ -90,9 +93,9 @@ func TestHonestRetryAfter(t *testing.T) {
 			if compared < 2 {
 				t.Errorf("%d costs compared with the bucket, want at least 2: the test no longer measures", compared)
 			}
-			if every := limit.Period / time.Duration(limit.Rate); every > 50*time.Millisecond {
+			if every := limit.RefillTime(1); every > 50*time.Millisecond && every < time.Second {
 				// Alone on the key, a caller that waits its RetryAfter is
-				// admitted.
+				// admitted (where the wait is short enough for a test).
 				r, _ := l.AllowN(ctx, "k", 1)
 				if r.RetryAfter > 2*every+hybrid.DefaultRefillInterval {
 					t.Fatalf("cost 1: RetryAfter %v, want at most %v", r.RetryAfter, 2*every+hybrid.DefaultRefillInterval)

@@ -108,8 +108,8 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 	}
 	// Other callers keep taking what is claimed: deny this one briefly.
 	return l.record(tierlimit.Result{
-		Limit: l.limit, RetryAfter: l.limit.Every(), Source: tierlimit.SourceRemote,
-		ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+		Limit: l.limit, RetryAfter: l.limit.RefillTime(1), Source: tierlimit.SourceRemote,
+		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
 	}, 0), nil
 }
 
@@ -270,8 +270,8 @@ func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
 func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
 	d := res.RetryAfter
 	if l.cfg.maxLease > 1 {
-		batch := l.refillTime(l.cfg.maxLease)
-		headroom := l.refillTime(l.limit.Capacity()-res.Remaining) / 2
+		batch := l.limit.RefillTime(l.cfg.maxLease)
+		headroom := l.limit.RefillTime(l.limit.Capacity()-res.Remaining) / 2
 		d = max(d, min(batch, headroom, d+l.cfg.refillInterval))
 	}
 	return d

@@ -26,14 +26,16 @@
 // Close; Stats keeps the ledger leased = spent + refunded + lost + held.
 //
 // When Redis fails or is slow, no decision waits longer than the call budget
-// (WithCallBudget) and no Redis error reaches the caller: a circuit breaker
-// (WithBreakerThreshold, WithProbeInterval) stops calling Redis, leases held
-// are spent first, and the failure mode decides the rest (WithFailureMode):
-// by default an x/time/rate bucket per key at this instance's share of the
-// limit, the live instances being counted in Redis by a heartbeat
-// (WithHeartbeat, WithFallback). A key's bucket starts from what Redis last
-// said the key had, and what it admits is charged to Redis when it
-// answers again. A call that is only slow, while the breaker is closed,
+// (WithCallBudget) and no Redis error reaches the caller. A Redis that
+// answers, however slowly, is not an outage. A silent one opens a circuit
+// breaker (WithBreakerThreshold, WithProbeInterval) that stops calling
+// Redis; leases held are spent first, and the failure mode decides the rest
+// (WithFailureMode): by default a token bucket per key (x/time/rate's, in
+// exact integers) at this instance's share of the limit, the live
+// instances being counted in Redis by a heartbeat (WithHeartbeat,
+// WithFallback). A key's bucket starts from what Redis last said the key
+// had (nothing for a key this instance never claimed), and what it admits
+// is charged to Redis when it answers again. A call that is only slow, while the breaker is closed,
 // mints no tokens: the key is denied for a budget's time. Probes close the breaker
 // when Redis answers, and leasing resumes by itself. Redis refusing the
 // limiter's commands (see tierlimit.Misconfigured: a password, an ACL

@@ -6,7 +6,6 @@ package hybrid
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -43,7 +42,7 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		Allowed:    true,
 		Limit:      l.limit,
 		Remaining:  remaining,
-		ResetAfter: time.Duration(l.limit.Capacity()-remaining) * l.limit.Every(),
+		ResetAfter: l.limit.RefillTime(l.limit.Capacity() - remaining),
 		Source:     src,
 	}, true
 }
@@ -65,20 +64,15 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 	// it last answered (G2).
 	wait := time.Duration(until - now)
 	if need := n - held - max(0, e.remote.Load()); need > 0 {
-		wait = max(wait, l.refillTime(need)-time.Duration(now-e.lastClaim.Load()))
+		wait = max(wait, l.limit.RefillTime(need)-time.Duration(now-e.lastClaim.Load()))
 	}
 	return tierlimit.Result{
 		Limit:      l.limit,
 		Remaining:  held,
 		RetryAfter: wait,
-		ResetAfter: time.Duration(l.limit.Capacity()-held) * l.limit.Every(),
+		ResetAfter: l.limit.RefillTime(l.limit.Capacity() - held),
 		Source:     src,
 	}, true
-}
-
-// refillTime is how long one bucket of the limit takes to refill n tokens.
-func (l *Limiter) refillTime(n int64) time.Duration {
-	return time.Duration(math.Ceil(float64(n) * float64(l.limit.Period) / float64(l.limit.Rate)))
 }
 
 // peek answers n == 0: what the lease and Redis hold, charging nothing.
@@ -125,7 +119,7 @@ func (l *Limiter) missed(ctx context.Context, key string, n int64) (tierlimit.Re
 	}
 	return l.record(tierlimit.Result{
 		Limit: l.limit, RetryAfter: l.cfg.callBudget, Source: tierlimit.SourceFallback,
-		ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
 	}, 0), nil
 }
 
@@ -147,7 +141,7 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 	case FailClosed:
 		return l.record(tierlimit.Result{
 			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
-			ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+			ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
 		}, 0), nil
 	}
 	now := l.cfg.clock.Now()
@@ -159,7 +153,7 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 		// blocked is.
 		return l.record(tierlimit.Result{
 			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
-			ResetAfter: time.Duration(l.limit.Capacity()) * l.limit.Every(),
+			ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
 		}, e.stripe), nil
 	}
 	fb := l.fallbackOf(e, now)

@@ -117,18 +117,24 @@ func (b *Bucket) Decide(now time.Time, n int64) tierlimit.Result {
 }
 
 // advance refills b up to now: the whole µs since last, which it then
-// moves to. A clock behind last refills nothing.
+// moves to (a fraction of a µs is carried), or, once b is full, to now: a
+// full bucket's refill starts when it is next taken from, not up to a µs
+// before. A clock behind last refills nothing.
 func (b *Bucket) advance(now time.Time) {
 	d := now.Sub(b.last) / time.Microsecond
 	if d <= 0 {
+		if b.tokens >= b.cap && now.After(b.last) {
+			b.last = now
+		}
 		return
 	}
 	b.last = b.last.Add(d * time.Microsecond)
 	if b.tokens >= b.cap {
+		b.last = now
 		return
 	}
 	if full := b.micros(b.cap); uint64(d) >= full {
-		b.tokens, b.rem = b.cap, 0
+		b.tokens, b.rem, b.last = b.cap, 0, now
 		return
 	}
 	// rem + d·per units, below (cap - tokens)·unit: the quotient fits.

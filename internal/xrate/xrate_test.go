@@ -90,3 +90,24 @@ func TestNewState(t *testing.T) {
 		t.Errorf("Level of an overfull state = %d, %d; want 4, 0", k, units)
 	}
 }
+
+// TestFullBucketRefillsFromTheDrain: a full bucket refills from the instant
+// it is taken from, not from the last whole microsecond before it (which
+// would admit up to a microsecond of the rate early: a million tokens at
+// 10^12 a second).
+func TestFullBucketRefillsFromTheDrain(t *testing.T) {
+	for _, limit := range []tierlimit.Limit{tierlimit.PerSecond(1), tierlimit.PerSecond(1_000_000_000_000)} {
+		b := New(limit, t0)
+		drain := t0.Add(1500 * time.Nanosecond)
+		if res := b.Decide(drain, limit.Capacity()); !res.Allowed {
+			t.Fatalf("%v: draining a full bucket = %+v, want allowed", limit, res)
+		}
+		res := b.Decide(drain, 1)
+		if want := limit.RefillTime(1).Round(time.Microsecond); res.Allowed || res.RetryAfter != max(want, time.Microsecond) {
+			t.Errorf("%v: right after the drain = allowed %v, RetryAfter %v; want denied, %v", limit, res.Allowed, res.RetryAfter, max(want, time.Microsecond))
+		}
+		if res := b.Decide(drain.Add(999*time.Nanosecond), 1); res.Allowed {
+			t.Errorf("%v: 999ns after the drain = allowed, want denied: less than a µs of refill", limit)
+		}
+	}
+}
