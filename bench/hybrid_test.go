@@ -19,13 +19,16 @@ import (
 // hot path is what is measured.
 var plenty = tierlimit.Limit{Rate: 1_000_000, Period: 1e9, Burst: 1 << 40}
 
-// regimes are the limits of the hybrid benchmarks: nothing denied, and a
-// hot key far over its limit (almost everything denied).
+// regimes are the limits of the hybrid benchmarks: nothing denied, at a
+// limit with plenty of burst and at PerSecond(10^9) (bandwidth in bytes: a
+// gigabyte a second), and a hot key far over its limit (almost everything
+// denied).
 var regimes = []struct {
 	name  string
 	limit tierlimit.Limit
 }{
 	{"allowed", plenty},
+	{"allowed_1e9", tierlimit.PerSecond(1_000_000_000)},
 	{"saturated", tierlimit.PerSecond(1000)},
 }
 

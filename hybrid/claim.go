@@ -193,10 +193,19 @@ func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 		granted, res, err = l.bucket.Lease(cctx, e.key, c)
 		return err
 	})
-	if err == nil {
-		l.paid(e, granted, res)
+	if err != nil {
+		return err
 	}
-	return err
+	one := []*entry{e}
+	cctx, cancel := l.budget(ctx)
+	defer cancel()
+	switch l.paid(e, granted, res) {
+	case debtFull:
+		l.settleMarks(cctx, one, nil, true)
+	case debtShort:
+		l.settleMarks(cctx, nil, one, true)
+	}
+	return nil
 }
 
 // claimOf returns the claim of between lo and want tokens for e: with a

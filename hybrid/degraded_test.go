@@ -673,10 +673,11 @@ func TestFallbackStartsFromTheKeysState(t *testing.T) {
 }
 
 // TestChargeBackCarriesDebt: what the bucket lacks when a debt is charged
-// is forgiven if the bucket was full (it dropped refill at its cap, or
-// lost its state: one bucket would have given it), and otherwise stays
-// owed for one lease TTL from the first charge (other instances leased it
-// while this one fell back), then is forgiven.
+// is forgiven if the bucket was full (it dropped refill at its cap, or lost
+// its state: one bucket would have given it), and then marked so that the
+// other instances' charges forgive theirs too; otherwise it stays owed for
+// one lease TTL from the first charge (other instances leased it while this
+// one fell back), then is forgiven.
 func TestChargeBackCarriesDebt(t *testing.T) {
 	e := newEnv(t)
 	limit := tierlimit.PerHour(100)
@@ -686,31 +687,49 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 		after              time.Duration // since the previous charge
 		granted, remaining int64
 		wantOwed           int64
+		want               debtOutcome
 	}
 	for _, tc := range []struct {
 		name    string
 		owed    int64
 		charges []charge
 	}{
-		{"paid", 40, []charge{{0, 40, 50, 0}}},
-		{"bucket was full", 240, []charge{{0, 100, 0, 0}}},
+		{"paid", 40, []charge{{0, 40, 50, 0, debtSettled}}},
+		{"bucket was full", 240, []charge{{0, 100, 0, 0, debtFull}}},
 		{"drained by others", 40, []charge{
-			{0, 10, 0, 30},
-			{ttl / 2, 5, 0, 25},
-			{ttl/2 - time.Millisecond, 0, 0, 25},
-			{time.Millisecond, 0, 0, 0},
+			{0, 10, 0, 30, debtShort},
+			{ttl / 2, 5, 0, 25, debtShort},
+			{ttl/2 - time.Millisecond, 0, 0, 25, debtShort},
+			{time.Millisecond, 0, 0, 0, debtSettled},
 		}},
-		{"paid within the TTL", 40, []charge{{0, 0, 0, 40}, {ttl / 2, 40, 0, 0}, {ttl, 0, 0, 0}}},
+		{"paid within the TTL", 40, []charge{{0, 0, 0, 40, debtShort}, {ttl / 2, 40, 0, 0, debtSettled}, {ttl, 0, 0, 0, debtSettled}}},
 	} {
 		e := &entry{key: tc.name}
 		e.owed.Store(tc.owed)
 		for i, c := range tc.charges {
 			l.cfg.clock.(*clocktest.Clock).Add(c.after)
-			l.paid(e, c.granted, tierlimit.Result{Remaining: c.remaining})
-			if got := e.owed.Load(); got != c.wantOwed {
-				t.Errorf("%s: charge %d (%d granted, %d left): owed %d, want %d", tc.name, i, c.granted, c.remaining, got, c.wantOwed)
+			got := l.paid(e, c.granted, tierlimit.Result{Remaining: c.remaining})
+			if owed := e.owed.Load(); owed != c.wantOwed || got != c.want {
+				t.Errorf("%s: charge %d (%d granted, %d left): owed %d, outcome %d; want %d, %d",
+					tc.name, i, c.granted, c.remaining, owed, got, c.wantOwed, c.want)
 			}
 		}
+	}
+	// A bucket another instance found full is marked: a debt the bucket
+	// cannot pay is forgiven; one on an unmarked bucket stays owed.
+	marked, unmarked := &entry{key: "marked"}, &entry{key: "unmarked"}
+	for _, en := range []*entry{marked, unmarked} {
+		en.owed.Store(30)
+	}
+	l.settleMarks(e.ctx, []*entry{{key: "marked"}}, nil, false)
+	l.settleMarks(e.ctx, nil, []*entry{marked, unmarked}, false)
+	if marked.owed.Load() != 0 || unmarked.owed.Load() != 30 {
+		t.Errorf("after the marks: owed %d on the marked bucket, %d on the other; want 0, 30", marked.owed.Load(), unmarked.owed.Load())
+	}
+	e.m.FastForward(l.markTTL() + time.Millisecond)
+	marked.owed.Store(30)
+	if l.settleMarks(e.ctx, nil, []*entry{marked}, false); marked.owed.Load() != 30 {
+		t.Errorf("a mark past its TTL forgave a debt: owed %d, want 30", marked.owed.Load())
 	}
 }
 

@@ -33,6 +33,9 @@ var (
 	Ledger = load("ledger.lua")
 	// Heartbeat keeps the set of a hybrid fleet's live instances.
 	Heartbeat = load("heartbeat.lua")
+	// Mark sets or reads a short-lived mark of a key: hybrid's charge-back
+	// marks a bucket it found full.
+	Mark = load("mark.lua")
 )
 
 // Source returns the full text of the script in file name as it is sent
