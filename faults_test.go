@@ -353,8 +353,16 @@ func TestFaultKillAndRestart(t *testing.T) {
 		}
 		resumed := time.Duration(r.FirstLease - readyAt.UnixNano())
 		t.Logf("member %d: first lease %v after Redis answered again (probe interval %v)", i, resumed.Round(time.Microsecond), probe)
-		if resumed > probe+budget+50*time.Millisecond {
-			t.Errorf("member %d: first lease %v after Redis answered, want within the probe interval %v (+ budget + 50ms)", i, resumed, probe)
+		// Under the race detector, with three processes on two cores and
+		// the rest of the suite beside them, the probe's own call (a
+		// dial, the script) took up to 262 ms in a CI run: a second probe
+		// interval of room.
+		bar := probe + budget + 50*time.Millisecond
+		if raceEnabled {
+			bar += probe
+		}
+		if resumed > bar {
+			t.Errorf("member %d: first lease %v after Redis answered, want within %v (the probe interval %v + budget + 50ms)", i, resumed, bar, probe)
 		}
 		for p := range worst {
 			worst[p].merge(&r.Hist[p])

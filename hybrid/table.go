@@ -91,8 +91,7 @@ func newTable(maxKeys int64) (*table, error) {
 		MaxCost:            maxKeys,
 		BufferItems:        64,
 		IgnoreInternalCost: true,
-		OnEvict:            t.drop,
-		OnReject:           t.drop,
+		OnExit:             t.drop, // evicted, rejected, replaced or deleted
 	})
 	return t, err
 }
@@ -131,12 +130,14 @@ func (t *table) find(key string, h uint64) (*entry, bool) {
 }
 
 // add registers e for its key, and waits until find sees it. If ristretto
-// refuses it, e is dropped at once (and still serves its caller's claim).
-// The caller is inside the gate.
+// refuses it, or drops the Set (its buffer full), e is dropped at once (and
+// still serves its caller's claim). The caller is inside the gate.
 func (t *table) add(e *entry) {
-	if t.cache.Set(e.key, e, 1) {
-		t.cache.Wait()
+	if !t.cache.Set(e.key, e, 1) {
+		t.drop(e)
+		return
 	}
+	t.cache.Wait()
 }
 
 // touch reads key in ristretto, so that its admission policy counts a use
@@ -155,10 +156,11 @@ func (t *table) del(key string) {
 	t.cache.Wait()
 }
 
-// drop is ristretto's eviction and rejection callback: e refunds its
-// tokens at the janitor's next round and is refilled no more.
-func (t *table) drop(item *ristretto.Item[*entry]) {
-	e := item.Value
+// drop is ristretto's callback for an entry leaving it (evicted, rejected,
+// replaced by another Set of its key, deleted): e refunds its tokens at the
+// janitor's next round and is refilled no more, and the table follows it
+// until it holds and owes nothing (forget).
+func (t *table) drop(e *entry) {
 	if e == nil {
 		return
 	}
