@@ -225,6 +225,10 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 // Redis had too few. A partial grant means Redis ran dry: the key then
 // waits, like a denied one, for a lease to accrue (spending what it got
 // first) instead of asking again for every few tokens.
+//
+// A grant pays what the key owes first (see paid): a claim sent before an
+// outage may land after the fallback admitted (a paused Redis runs the
+// claims queued in it when the pause ends).
 func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 	// Redis decided during the call: the time after it is when its
 	// RetryAfter counts from, at the latest.
@@ -239,7 +243,16 @@ func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 		if !e.evicted.Load() {
 			e.expires.Store(now + int64(l.cfg.leaseTTL))
 		}
-		e.tokens.Add(granted)
+		keep := granted
+		if owed := e.owed.Load(); owed > 0 {
+			pay := min(granted, owed)
+			if e.owed.Add(-pay) <= 0 {
+				e.owedSince.Store(0)
+			}
+			l.stats.chargedBack.Add(pay)
+			keep -= pay
+		}
+		e.tokens.Add(keep)
 		if e.evicted.Load() {
 			l.keys.keep(e) // after the Add: see table.forget
 		}

@@ -733,6 +733,35 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 	}
 }
 
+// TestGrantPaysDebtFirst: a claim that lands while its key owes what the
+// fallback admitted (sent before an outage, run by Redis after it) pays the
+// debt before its tokens are spent.
+func TestGrantPaysDebtFirst(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100))
+	for _, tc := range []struct {
+		name                     string
+		owed, granted, remaining int64
+		wantOwed, wantHeld       int64
+		wantFull                 bool
+	}{
+		{"no debt", 0, 30, 70, 0, 30, false},
+		{"debt over the grant, bucket full", 40, 30, 70, 10, 0, true},
+		{"debt over the grant", 40, 30, 10, 10, 0, false},
+		{"debt under the grant", 10, 30, 10, 0, 20, false},
+	} {
+		en := &entry{key: tc.name}
+		en.owed.Store(tc.owed)
+		l.apply(en, 30, tc.granted, tierlimit.Result{Allowed: true, Remaining: tc.remaining})
+		if en.owed.Load() != tc.wantOwed || en.tokens.Load() != tc.wantHeld {
+			t.Errorf("%s: owed %d, held %d; want %d, %d", tc.name, en.owed.Load(), en.tokens.Load(), tc.wantOwed, tc.wantHeld)
+		}
+	}
+	if st := l.Stats(); st.ChargedBack != 30+30+10 {
+		t.Errorf("charged back %d, want 70: what the grants paid", st.ChargedBack)
+	}
+}
+
 // TestFallbackBeyondMaxKeys: in an outage, keys that ristretto will not
 // hold (ten times WithMaxKeys) still get one fallback bucket each, not one
 // per decision, and the table follows about one dropped entry per key,

@@ -184,7 +184,10 @@ func (l *Limiter) settleMarks(ctx context.Context, full, short []*entry, locked 
 		return out
 	}
 	if len(full) > 0 {
-		ev, _ := l.call("mark", l.cfg.callBudget, func() error {
+		// Even while the breaker holds calls back: a claim sent before
+		// an outage can land before it closes, and its answer is the
+		// one that saw the bucket full.
+		ev, _ := l.callAnyway("mark", l.cfg.callBudget, func() error {
 			return l.bucket.Mark(ctx, l.markTTL(), keys(full)...)
 		})
 		l.report(&ev)
