@@ -207,7 +207,7 @@ func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim)
 // with the first error of the calls, if any.
 func (l *Limiter) pipeline(ctx context.Context, op string, n int, at func(int) ([]string, []any)) []*redis.Cmd {
 	start := l.start()
-	cmds := l.sendAgain(ctx, n, at)
+	cmds := l.sendAgain(ctx, l.alg.script, n, at)
 	if l.onCall != nil {
 		var err error
 		for _, c := range cmds {
@@ -220,9 +220,10 @@ func (l *Limiter) pipeline(ctx context.Context, op string, n int, at func(int) (
 	return cmds
 }
 
-// sendAgain sends the calls, and again with EVAL those answered NOSCRIPT.
-func (l *Limiter) sendAgain(ctx context.Context, n int, at func(int) ([]string, []any)) []*redis.Cmd {
-	cmds := l.send(ctx, n, at, nil)
+// sendAgain sends the calls of script, and again with EVAL those answered
+// NOSCRIPT.
+func (l *Limiter) sendAgain(ctx context.Context, script *redis.Script, n int, at func(int) ([]string, []any)) []*redis.Cmd {
+	cmds := l.send(ctx, script, n, at, nil)
 	var again []int
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -230,24 +231,25 @@ func (l *Limiter) sendAgain(ctx context.Context, n int, at func(int) ([]string, 
 		}
 	}
 	if len(again) > 0 {
-		for j, c := range l.send(ctx, n, at, again) {
+		for j, c := range l.send(ctx, script, n, at, again) {
 			cmds[again[j]] = c
 		}
 	}
 	return cmds
 }
 
-// send pipelines the calls with EVALSHA, or with EVAL those at index in only.
-func (l *Limiter) send(ctx context.Context, n int, at func(int) ([]string, []any), only []int) []*redis.Cmd {
+// send pipelines the calls of script with EVALSHA, or with EVAL those at
+// index in only.
+func (l *Limiter) send(ctx context.Context, script *redis.Script, n int, at func(int) ([]string, []any), only []int) []*redis.Cmd {
 	if only != nil {
 		n = len(only)
 	}
 	cmds := make([]*redis.Cmd, n)
 	_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
-			run, j := l.alg.script.EvalSha, i
+			run, j := script.EvalSha, i
 			if only != nil {
-				run, j = l.alg.script.Eval, only[i]
+				run, j = script.Eval, only[i]
 			}
 			keys, args := at(j)
 			cmds[i] = run(ctx, p, keys, args...)

@@ -47,41 +47,12 @@ func (l *Limiter) Marked(ctx context.Context, keys ...string) ([]bool, error) {
 	return out, nil
 }
 
-// marks runs mark.lua for each key with ttl_ms ms (0: read), with EVALSHA,
-// then EVAL for the calls the server answered NOSCRIPT.
+// marks runs mark.lua for each key with ttl_ms ms (0: read), pipelined.
 func (l *Limiter) marks(ctx context.Context, keys []string, ms int64) []*redis.Cmd {
 	if len(keys) == 0 {
 		return nil
 	}
-	send := func(idx []int, eval bool) []*redis.Cmd {
-		cmds := make([]*redis.Cmd, len(idx))
-		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for j, i := range idx {
-				run := lua.Mark.EvalSha
-				if eval {
-					run = lua.Mark.Eval
-				}
-				cmds[j] = run(ctx, p, []string{l.markKey(keys[i])}, 0, ms)
-			}
-			return nil
-		})
-		return cmds
-	}
-	all := make([]int, len(keys))
-	for i := range all {
-		all[i] = i
-	}
-	cmds := send(all, false)
-	var again []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		for j, c := range send(again, true) {
-			cmds[again[j]] = c
-		}
-	}
-	return cmds
+	return l.sendAgain(ctx, lua.Mark, len(keys), func(i int) ([]string, []any) {
+		return []string{l.markKey(keys[i])}, []any{0, ms}
+	})
 }
