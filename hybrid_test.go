@@ -262,34 +262,23 @@ func TestFleetHotKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two 3 s fleets")
 	}
-	for _, busy := range []bool{false, true} {
-		t.Run(loadName(busy), func(t *testing.T) {
-			s := redistest.Start(t)
-			limit := tierlimit.PerSecond(1000)
-			const d = 3 * time.Second
-			stop := busyLoop(busy)
-			reports, start := runFleet(t, 3, memberSpec{
-				Addr: s.Addr, Limit: limit, Keys: 1, Prefix: "g1:", Goroutines: 16, Duration: d,
-			})
-			stop()
-			total, began, last := fleetTotals(t, reports)
-			bound, demanded := fleetBounds(t, limit, start, d, began, last)
-			got := total["hot"]
-			var calls, redisCalls int64
-			for _, r := range reports {
-				calls += r.Calls
-				redisCalls += r.Stats.RedisCalls
-			}
-			t.Logf("fleet: %d admitted, bound %d, %.1f%% of the %d the bucket allowed while demanded; %d decisions, %.1f Redis calls per 1000 decisions",
-				got, bound, 100*float64(got)/float64(demanded), demanded, calls, 1000*float64(redisCalls)/float64(calls))
-			if got > bound {
-				t.Errorf("G1: admitted %d > bound %d", got, bound)
-			}
-			if float64(got) < 0.95*float64(demanded) {
-				t.Errorf("G2: admitted %d < 95%% of %d", got, demanded)
-			}
-		})
-	}
+	spec := memberSpec{Limit: tierlimit.PerSecond(1000), Keys: 1, Prefix: "g1:", Goroutines: 16, Duration: 3 * time.Second}
+	eachLoad(t, spec, func(t *testing.T, reports []memberReport, total map[string]int64, bound, demanded int64) {
+		got := total["hot"]
+		var calls, redisCalls int64
+		for _, r := range reports {
+			calls += r.Calls
+			redisCalls += r.Stats.RedisCalls
+		}
+		t.Logf("fleet: %d admitted, bound %d, %.1f%% of the %d the bucket allowed while demanded; %d decisions, %.1f Redis calls per 1000 decisions",
+			got, bound, 100*float64(got)/float64(demanded), demanded, calls, 1000*float64(redisCalls)/float64(calls))
+		if got > bound {
+			t.Errorf("G1: admitted %d > bound %d", got, bound)
+		}
+		if float64(got) < 0.95*float64(demanded) {
+			t.Errorf("G2: admitted %d < 95%% of %d", got, demanded)
+		}
+	})
 }
 
 // TestFleetZipf is G1 and G2 over 1000 keys with Zipf-skewed demand, with
@@ -300,36 +289,43 @@ func TestFleetZipf(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two 3 s fleets")
 	}
+	spec := memberSpec{Limit: tierlimit.PerSecond(100), Keys: 1000, Zipf: 1.1, Prefix: "zipf:", Goroutines: 16, Duration: 3 * time.Second}
+	eachLoad(t, spec, func(t *testing.T, _ []memberReport, total map[string]int64, bound, demanded int64) {
+		over, hot := 0, 0
+		for k, n := range total {
+			if n > bound {
+				over++
+				t.Errorf("G1: key %s admitted %d > bound %d", k, n, bound)
+			}
+			if k == "k0" || k == "k1" {
+				hot++
+				t.Logf("hot key %s: %d admitted, %.1f%% of the %d allowed while demanded", k, n, 100*float64(n)/float64(demanded), demanded)
+				if float64(n) < 0.95*float64(demanded) {
+					t.Errorf("G2: hot key %s admitted %d < 95%% of %d", k, n, demanded)
+				}
+			}
+		}
+		if hot != 2 {
+			t.Fatalf("the two hottest keys saw no traffic: %d keys seen", len(total))
+		}
+		t.Logf("%d keys seen, %d over the bound", len(total), over)
+	})
+}
+
+// eachLoad runs a fleet of three members with spec on a Redis of its own,
+// once on an idle machine and once beside a busy loop, and hands check
+// each run's reports, its admissions per key and the bounds G1 and G2 hold
+// them to (fleetBounds).
+func eachLoad(t *testing.T, spec memberSpec, check func(t *testing.T, reports []memberReport, total map[string]int64, bound, demanded int64)) {
 	for _, busy := range []bool{false, true} {
 		t.Run(loadName(busy), func(t *testing.T) {
-			s := redistest.Start(t)
-			limit := tierlimit.PerSecond(100)
-			const d = 3 * time.Second
+			spec.Addr = redistest.Start(t).Addr
 			stop := busyLoop(busy)
-			reports, start := runFleet(t, 3, memberSpec{
-				Addr: s.Addr, Limit: limit, Keys: 1000, Zipf: 1.1, Prefix: "zipf:", Goroutines: 16, Duration: d,
-			})
+			reports, start := runFleet(t, 3, spec)
 			stop()
 			total, began, last := fleetTotals(t, reports)
-			bound, demanded := fleetBounds(t, limit, start, d, began, last)
-			over, hot := 0, 0
-			for k, n := range total {
-				if n > bound {
-					over++
-					t.Errorf("G1: key %s admitted %d > bound %d", k, n, bound)
-				}
-				if k == "k0" || k == "k1" {
-					hot++
-					t.Logf("hot key %s: %d admitted, %.1f%% of the %d allowed while demanded", k, n, 100*float64(n)/float64(demanded), demanded)
-					if float64(n) < 0.95*float64(demanded) {
-						t.Errorf("G2: hot key %s admitted %d < 95%% of %d", k, n, demanded)
-					}
-				}
-			}
-			if hot != 2 {
-				t.Fatalf("the two hottest keys saw no traffic: %d keys seen", len(total))
-			}
-			t.Logf("%d keys seen, %d over the bound", len(total), over)
+			bound, demanded := fleetBounds(t, spec.Limit, start, spec.Duration, began, last)
+			check(t, reports, total, bound, demanded)
 		})
 	}
 }
@@ -339,6 +335,24 @@ func loadName(busy bool) string {
 		return "busy"
 	}
 	return "idle"
+}
+
+// newInstances returns n hybrid limiters of limit on the Redis at addr, each
+// with its own go-redis client (default options): n instances of a fleet in
+// one process. The test closes the limiters; the clients close at cleanup.
+func newInstances(t *testing.T, addr string, n int, limit tierlimit.Limit, opts ...hybrid.Option) []*hybrid.Limiter {
+	t.Helper()
+	limiters := make([]*hybrid.Limiter, n)
+	for i := range limiters {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { rdb.Close() })
+		l, err := hybrid.New(rdb, limit, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limiters[i] = l
+	}
+	return limiters
 }
 
 // busyLoop keeps one core busy, if busy is set, until stop is called (at
@@ -582,16 +596,7 @@ func TestSimulatedFleet(t *testing.T) {
 	s := redistest.Start(t)
 	limit := tierlimit.PerSecond(1000)
 	const d = 4 * time.Second
-	limiters := make([]*hybrid.Limiter, instances)
-	for i := range limiters {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
-		t.Cleanup(func() { rdb.Close() })
-		l, err := hybrid.New(rdb, limit, hybrid.WithMaxKeys(1000))
-		if err != nil {
-			t.Fatal(err)
-		}
-		limiters[i] = l
-	}
+	limiters := newInstances(t, s.Addr, instances, limit, hybrid.WithMaxKeys(1000))
 	start := time.Now().Add(100 * time.Millisecond)
 	deadline := start.Add(d)
 	var admitted, calls, errs, lastEnd, fellBack atomic.Int64
@@ -669,16 +674,7 @@ func TestSmoothSaturation(t *testing.T) {
 		bin                = 100 * time.Millisecond
 		d                  = 12 * time.Second
 	)
-	limiters := make([]*hybrid.Limiter, instances)
-	for i := range limiters {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
-		t.Cleanup(func() { rdb.Close() })
-		l, err := hybrid.New(rdb, limit, hybrid.WithPrefix("smooth:"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		limiters[i] = l
-	}
+	limiters := newInstances(t, s.Addr, instances, limit, hybrid.WithPrefix("smooth:"))
 	start := time.Now().Add(100 * time.Millisecond)
 	deadline := start.Add(d)
 	var bins [d / bin]atomic.Int64
