@@ -27,7 +27,8 @@
 //
 // When Redis fails or is slow, no decision waits longer than the call budget
 // (WithCallBudget) and no Redis error reaches the caller. A Redis that
-// answers, however slowly, is not an outage. A silent one opens a circuit
+// answers past the budget, within about what its answers have lately
+// taken (at most 3 s), is not an outage. A silent one opens a circuit
 // breaker (WithBreakerThreshold, WithProbeInterval) that stops calling
 // Redis; leases held are spent first, and the failure mode decides the rest
 // (WithFailureMode): by default a token bucket per key (x/time/rate's, in
