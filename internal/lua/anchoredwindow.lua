@@ -20,12 +20,7 @@ local allowed = 1
 for i = 1, n do
   local a = 2 + (i - 1) * 2
   p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local s, c
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local vs, vc = string.match(v, '^(%d+):(%d+)$')
-    s, c = tonumber(vs), tonumber(vc)
-  end
+  local s, c = pair_get(KEYS[i])
   if s == nil or c == nil or now >= s + p[i] or s > now then
     s, c = now, 0
   end

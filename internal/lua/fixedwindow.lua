@@ -23,11 +23,8 @@ for i = 1, n do
   local w = idiv(now, p[i])
   wend[i] = (w + 1) * p[i] - now
   local c = 0
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local sw, sc = string.match(v, '^(%d+):(%d+)$')
-    if tonumber(sw) == w then c = tonumber(sc) end
-  end
+  local sw, sc = pair_get(KEYS[i])
+  if sw == w and sc then c = sc end
   cnt[i] = c
   if c + cost > rate[i] then allowed = 0 end
 end

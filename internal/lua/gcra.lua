@@ -35,12 +35,7 @@ for i = 1, n do
   local a = 2 + (i - 1) * 4
   unit[i], per[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   ti[i], tf[i] = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local v, f
-  local s = redis.call('GET', KEYS[i])
-  if s then
-    local vs, fs = string.match(s, '^(%d+):(%d+)$')
-    v, f = tonumber(vs), tonumber(fs)
-  end
+  local v, f = pair_get(KEYS[i])
   if v == nil or f == nil or v < now then v, f = now, 0 end
   tat[i], frac[i] = v, f
   -- The TAT after this request: TAT + n·T.

@@ -103,6 +103,16 @@ end
 -- limbs, because k × unit may pass 2^53: the level in units never is
 -- formed.
 
+-- pair_get returns the two integers of a state "a:b" at key, or nil when
+-- the key is absent or holds something else (each script says what that
+-- means).
+local function pair_get(key)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local a, b = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(a), tonumber(b)
+end
+
 -- bucket_get returns the level k, r and time ts (µs of the last write) of
 -- the token bucket at key, stored as "k:r:ts", or nil when the key is
 -- absent (tokenbucket.lua and ledger.lua say what that means).
