@@ -1,0 +1,68 @@
+package tierlimit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// LimitFunc returns the Limit of a key, for limiters that serve keys of
+// many limits (a tenant's plan, a customer's negotiated quota). The zero
+// Limit means the limiter's default, the one passed to its constructor.
+//
+// A limiter calls it when it needs a key's limit, which may be on every
+// decision: it must be fast, safe for concurrent use and must not call
+// the limiter. When its answer for a key changes, the key keeps its state
+// (its tokens, capped at the new Burst), as x/time/rate's SetLimit does.
+type LimitFunc func(key string) Limit
+
+// Take is one key's part of an all-or-nothing decision (AllowAll on every
+// tier): charge N events to Key.
+type Take struct {
+	Key string
+	N   int64
+}
+
+// ErrWaitDeadline is returned by WaitN, on every tier, when the wait for
+// admission cannot end before the context's deadline: it returns at once
+// rather than sleep into a certain failure.
+var ErrWaitDeadline = errors.New("tierlimit: wait would exceed the context's deadline")
+
+// MaxTakes bounds the number of distinct keys one AllowAll decides.
+const MaxTakes = 64
+
+// MergeTakes checks takes for AllowAll and returns them with the takes of
+// one key added up into one, in the order each key first appears. It
+// returns an error wrapping ErrInvalidKey for a bad key, and ErrInvalidCost
+// for no takes, a negative N, a sum that overflows, or more than MaxTakes
+// distinct keys. It does not check a cost against a key's limit.
+func MergeTakes(takes []Take) ([]Take, error) {
+	if len(takes) == 0 {
+		return nil, fmt.Errorf("%w: AllowAll of no takes", ErrInvalidCost)
+	}
+	out := make([]Take, 0, len(takes))
+	for _, t := range takes {
+		if err := CheckKey(t.Key); err != nil {
+			return nil, err
+		}
+		if t.N < 0 {
+			return nil, fmt.Errorf("%w: take of %d for key %q", ErrInvalidCost, t.N, t.Key)
+		}
+		i := 0
+		for i < len(out) && out[i].Key != t.Key {
+			i++
+		}
+		if i == len(out) {
+			if len(out) == MaxTakes {
+				return nil, fmt.Errorf("%w: AllowAll of more than %d keys", ErrInvalidCost, MaxTakes)
+			}
+			out = append(out, t)
+			continue
+		}
+		if out[i].N > math.MaxInt64-t.N {
+			return nil, fmt.Errorf("%w: takes for key %q add up past 2^63", ErrInvalidCost, t.Key)
+		}
+		out[i].N += t.N
+	}
+	return out, nil
+}
