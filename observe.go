@@ -31,6 +31,7 @@ type Decision struct {
 	Source  Source
 	N       int64         // the cost asked for
 	Latency time.Duration // from the call to the decision
+	Limit   Limit         // the limit that decided (Result.Limit): a bounded label for per-limit metrics
 }
 
 // RedisCall describes one round trip to Redis.
