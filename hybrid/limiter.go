@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
+	"github.com/tierlimit/tierlimit/internal/wait"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -30,6 +31,7 @@ type Limiter struct {
 	answered atomic.Int64 // ns: when Redis last answered a call
 	inline   bool         // claims run on the caller's goroutine: rdb honours deadlines
 	flights  singleflight.Group
+	waits    wait.Lines // WaitN's callers, in line per key
 	refills  chan *entry
 	stats    counters
 

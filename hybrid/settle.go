@@ -1,0 +1,164 @@
+package hybrid
+
+// Settling a charge after the fact, and waiting for admission.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/store"
+)
+
+// WaitN blocks until n events may happen for key, takes them and returns the
+// admitting Result. Waiters on one key wait in line, first come first
+// served, and only the first asks again, once per RetryAfter: a crowd of
+// waiters costs Redis no more than one. WaitN returns at once with an error
+// wrapping tierlimit.ErrWaitDeadline (and the denying Result) when the wait
+// would end after ctx's deadline, ctx's error when ctx ends first, and
+// AllowN's errors.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if err := l.check(ctx, key, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	return l.waits.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
+}
+
+// Settle corrects a charge of key after the fact: charged events were
+// taken, used is what they really cost (an LLM request charged its
+// estimate, then its real number of tokens). When used < charged the
+// difference is given back, never above the key's Burst; when used >
+// charged the difference is taken too, never below empty: the events
+// happened, so Settle never denies. Both must be between 0 and the key's
+// Burst (tierlimit.ErrInvalidCost).
+//
+// Settle gives back through the key's lease when the lease it was spent
+// from is still held (no Redis call), and takes from the lease when it
+// holds enough; otherwise it makes one Redis call. A Redis fault never
+// reaches the caller: what could not be given back is counted in
+// Stats.Lost, what could not be taken is charged when Redis answers again,
+// as the fallback's admissions are.
+func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
+	if err := l.check(ctx, key, 0); err != nil {
+		return tierlimit.Result{}, err
+	}
+	capacity := l.limit.Capacity()
+	if charged < 0 || used < 0 || charged > capacity || used > capacity {
+		return tierlimit.Result{}, fmt.Errorf("%w: hybrid: settle of %d charged, %d used: each must be between 0 and %d",
+			tierlimit.ErrInvalidCost, charged, used, capacity)
+	}
+	h := keyHash(key)
+	if !l.keys.enter(h) {
+		return tierlimit.Result{}, tierlimit.ErrClosed
+	}
+	defer l.keys.exit(h)
+	e := l.entry(key)
+	switch d := charged - used; {
+	case d > 0 && l.giveToLease(e, d):
+		return l.settled(e, tierlimit.SourceLocal), nil
+	case d > 0:
+		l.giveToRedis(e, d)
+	case d < 0 && l.takeFromLease(e, -d):
+		return l.settled(e, tierlimit.SourceLocal), nil
+	case d < 0:
+		l.takeFromRedis(ctx, e, -d)
+	}
+	return l.settled(e, tierlimit.SourceRemote), nil
+}
+
+// settled is Settle's Result: what e's lease and Redis hold, as far as
+// this instance knows.
+func (l *Limiter) settled(e *entry, src tierlimit.Source) tierlimit.Result {
+	capacity := l.limit.Capacity()
+	remaining := min(e.tokens.Load()+max(0, e.remote.Load()), capacity)
+	return tierlimit.Result{
+		Allowed:    true,
+		Limit:      l.limit,
+		Remaining:  remaining,
+		ResetAfter: l.limit.RefillTime(capacity - remaining),
+		Source:     src,
+	}
+}
+
+// giveToLease gives d tokens back to e's lease if it is live and stays
+// within its last grant: they were spent from it, and the lease, which
+// Redis debited, goes back to Redis at its TTL anyway. A lease that
+// would grow past its grant (the tokens came from an earlier lease) or
+// has expired gives nothing: Redis's bucket takes them, capped at Burst.
+func (l *Limiter) giveToLease(e *entry, d int64) bool {
+	if e.stale.Load() || e.evicted.Load() || e.expires.Load() <= l.now() {
+		return false
+	}
+	size := e.lastSize.Load()
+	for {
+		t := e.tokens.Load()
+		if t+d > size {
+			return false
+		}
+		if e.tokens.CompareAndSwap(t, t+d) {
+			return true
+		}
+	}
+}
+
+// takeFromLease takes d tokens from e's lease if it holds them.
+func (l *Limiter) takeFromLease(e *entry, d int64) bool {
+	for {
+		t := e.tokens.Load()
+		if t < d {
+			return false
+		}
+		if e.tokens.CompareAndSwap(t, t-d) {
+			return true
+		}
+	}
+}
+
+// giveToRedis refunds d tokens to e's bucket (capped at Burst there) in
+// one call; if it fails they are lost (Stats.Lost).
+func (l *Limiter) giveToRedis(e *entry, d int64) {
+	mu := l.keyLock(e.key)
+	mu.Lock()
+	defer mu.Unlock()
+	if e.stale.Load() {
+		return // Reset refilled the bucket
+	}
+	r := store.Refund{Key: e.key, N: d, ID: l.refundID()}
+	if l.cfg.ledger {
+		r.Holder, r.Gen = e.holder, e.gen.Load()
+	}
+	_ = l.refund([]store.Refund{r}, false)
+}
+
+// takeFromRedis takes up to d tokens from e's bucket in one call, as a
+// charge-back does: what the bucket lacks is not taken (never below empty).
+// If the call fails, e owes d, charged when Redis answers again.
+func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) {
+	mu := l.keyLock(e.key)
+	mu.Lock()
+	defer mu.Unlock()
+	if e.stale.Load() {
+		return
+	}
+	c := l.claimOf(e, 0, d)
+	var granted int64
+	var res tierlimit.Result
+	ev, err := l.call("settle", l.cfg.callBudget, func() error {
+		cctx, cancel := l.budget(ctx)
+		defer cancel()
+		var err error
+		granted, res, err = l.bucket.Lease(cctx, e.key, c)
+		return err
+	})
+	l.report(&ev)
+	if err != nil {
+		e.owed.Add(d)
+		if e.evicted.Load() {
+			l.keys.keep(e) // after the Add: see table.forget
+		}
+		return
+	}
+	l.stats.leased.Add(granted) // spent by the events settled
+	e.remote.Store(res.Remaining)
+	e.lastClaim.Store(l.now())
+}

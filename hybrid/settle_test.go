@@ -1,0 +1,140 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+)
+
+// TestSettle charges estimates and settles them, through the lease and
+// through Redis, and checks that Redis ends holding exactly capacity minus
+// what was really used.
+func TestSettle(t *testing.T) {
+	tests := []struct {
+		name          string
+		charged, used int64
+		expire        bool  // the lease expires between the charge and the settle
+		wantCalls     int64 // Redis calls the settle makes
+	}{
+		{name: "give back to the lease", charged: 10, used: 4},
+		{name: "take more from the lease", charged: 4, used: 10},
+		{name: "give back to Redis", charged: 10, used: 4, expire: true, wantCalls: 2}, // the janitor's refund, then Settle's
+		{name: "take more from Redis", charged: 4, used: 10, expire: true, wantCalls: 2},
+		{name: "exact", charged: 7, used: 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			// Leases of 20 tokens out of 100, which refill in an hour:
+			// the lease TTL refills none.
+			l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(20, 20))
+			if r, err := l.AllowN(e.ctx, "k", tt.charged); err != nil || !r.Allowed {
+				t.Fatalf("AllowN(k, %d) = %+v, %v; want allowed", tt.charged, r, err)
+			}
+			if tt.expire {
+				e.step(2 * DefaultLeaseTTL)
+				if err := l.refundHeld(e.clock.Now(), false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := e.calls.Calls()
+			r, err := l.Settle(e.ctx, "k", tt.charged, tt.used)
+			if err != nil || !r.Allowed {
+				t.Fatalf("Settle(k, %d, %d) = %+v, %v; want allowed", tt.charged, tt.used, r, err)
+			}
+			if got := e.calls.Calls() - before; tt.wantCalls == 0 && got != 0 {
+				t.Errorf("Settle made %d Redis calls, want none (through the lease)", got)
+			}
+			e.closeAndAudit(t, l, tt.used, map[string]int64{"k": tt.used})
+		})
+	}
+}
+
+// TestSettleNeverBelowEmpty takes more than the bucket holds: it empties,
+// and Settle is not denied.
+func TestSettleNeverBelowEmpty(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(100), WithLeaseBounds(1, 20))
+	if r, err := l.AllowN(e.ctx, "k", 90); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(k, 90) = %+v, %v", r, err)
+	}
+	r, err := l.Settle(e.ctx, "k", 10, 60) // 50 more, of the 10 left
+	if err != nil || !r.Allowed {
+		t.Fatalf("Settle = %+v, %v; want allowed", r, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	plain := e.limiter(t, l.limit, WithMaxKeys(16))
+	if got := e.level(t, plain, "k"); got != 0 {
+		t.Errorf("Redis holds %d after settling past empty, want 0", got)
+	}
+}
+
+func TestSettleBadInput(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(100))
+	for _, c := range []struct {
+		key           string
+		charged, used int64
+		want          error
+	}{
+		{"", 1, 1, tierlimit.ErrInvalidKey},
+		{"k", -1, 1, tierlimit.ErrInvalidCost},
+		{"k", 1, -1, tierlimit.ErrInvalidCost},
+		{"k", 101, 1, tierlimit.ErrInvalidCost},
+		{"k", 1, 101, tierlimit.ErrInvalidCost},
+	} {
+		if _, err := l.Settle(e.ctx, c.key, c.charged, c.used); !errors.Is(err, c.want) {
+			t.Errorf("Settle(%q, %d, %d) = %v, want %v", c.key, c.charged, c.used, err, c.want)
+		}
+	}
+	l.Close()
+	if _, err := l.Settle(e.ctx, "k", 1, 0); !errors.Is(err, tierlimit.ErrClosed) {
+		t.Errorf("Settle after Close = %v, want ErrClosed", err)
+	}
+	if _, err := l.WaitN(e.ctx, "k", 1); !errors.Is(err, tierlimit.ErrClosed) {
+		t.Errorf("WaitN after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestWaitN drains a 10/s key on a real Redis, with default options: a
+// waiter is admitted within about one token's refill, and a deadline that
+// cannot be met fails at once.
+func TestWaitN(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	l, err := New(rdb, tierlimit.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	r, err := l.WaitN(ctx, "k", 1)
+	if err != nil || !r.Allowed {
+		t.Fatalf("WaitN = %+v, %v; want allowed", r, err)
+	}
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Errorf("WaitN on a drained 10/s key took %v, want about 100ms", d)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	r, err = l.WaitN(short, "k", 5) // 5 tokens: 500 ms away
+	if !errors.Is(err, tierlimit.ErrWaitDeadline) || r.Allowed {
+		t.Fatalf("WaitN(5) with 20ms left = %+v, %v; want ErrWaitDeadline", r, err)
+	}
+	if d := time.Since(start); d > 15*time.Millisecond {
+		t.Errorf("WaitN took %v to see the deadline, want at once", d)
+	}
+}
