@@ -4,6 +4,7 @@ package hybrid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -29,25 +30,8 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 	if l.brk.open() {
 		return l.fall(ctx, key, n)
 	}
-	// expired is closed when the call budget has run out, counted from
-	// the first wait: every later wait sees it (a timer's channel would
-	// be drained by the first).
-	var (
-		budget  *time.Timer
-		expired chan struct{}
-	)
-	defer func() {
-		if budget != nil {
-			budget.Stop()
-		}
-	}()
-	expiry := func() <-chan struct{} {
-		if expired == nil {
-			expired = make(chan struct{})
-			budget = time.AfterFunc(l.cfg.callBudget, func() { close(expired) })
-		}
-		return expired
-	}
+	expiry, stop := l.expiry()
+	defer stop()
 	// A claim shared with other callers may leave too few tokens for this
 	// one: claim again, a bounded number of times.
 	for attempt := 0; attempt < 4; attempt++ {
@@ -65,37 +49,13 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 				return l.record(res, e.stripe), nil
 			}
 		}
-		fn := func() (any, error) {
-			// The flight may outlive its caller: it is a call in
-			// flight of its own, which Close waits for.
-			if !l.keys.enter(h) {
-				return nil, tierlimit.ErrClosed
-			}
-			defer l.keys.exit(h)
-			return l.lease(ctx, key, n)
-		}
-		var r singleflight.Result
-		if l.inline {
-			r.Val, r.Err, _ = l.flights.Do(key, fn)
-		} else {
-			select {
-			case r = <-l.flights.DoChan(key, fn):
-			case <-expiry():
-				return l.missed(ctx, key, n)
-			case <-ctx.Done():
-				return tierlimit.Result{}, ctx.Err()
-			}
-		}
-		if r.Err != nil {
-			if r.Err == tierlimit.ErrClosed {
-				return tierlimit.Result{}, r.Err
-			}
-			if tierlimit.Misconfigured(r.Err) {
-				return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, r.Err)
-			}
+		e, err := l.shared(ctx, key, h, n, expiry)
+		switch {
+		case err == errMissed:
 			return l.missed(ctx, key, n)
+		case err != nil:
+			return tierlimit.Result{}, err
 		}
-		e := r.Val.(*entry)
 		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
 			return res, nil
 		}
@@ -113,6 +73,70 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 	}, 0), nil
 }
 
+// expiry returns a func whose channel is closed when the call budget has
+// run out, counted from its first call: every later wait sees it (a
+// timer's channel would be drained by the first), and stop, which frees
+// its timer.
+func (l *Limiter) expiry() (expiry func() <-chan struct{}, stop func()) {
+	var (
+		budget  *time.Timer
+		expired chan struct{}
+	)
+	expiry = func() <-chan struct{} {
+		if expired == nil {
+			expired = make(chan struct{})
+			budget = time.AfterFunc(l.cfg.callBudget, func() { close(expired) })
+		}
+		return expired
+	}
+	stop = func() {
+		if budget != nil {
+			budget.Stop()
+		}
+	}
+	return expiry, stop
+}
+
+// errMissed is shared's error for a claim that failed or ran past the
+// call budget: the caller decides without Redis (missed).
+var errMissed = errors.New("hybrid: claim missed")
+
+// shared makes key's claim of at least n tokens, or joins the one in
+// flight, and returns key's entry. Its errors are ErrClosed, ctx's,
+// ErrMisconfigured's, and errMissed. expiry is claim's budget timer.
+func (l *Limiter) shared(ctx context.Context, key string, h uint64, n int64, expiry func() <-chan struct{}) (*entry, error) {
+	fn := func() (any, error) {
+		// The flight may outlive its caller: it is a call in flight of
+		// its own, which Close waits for.
+		if !l.keys.enter(h) {
+			return nil, tierlimit.ErrClosed
+		}
+		defer l.keys.exit(h)
+		return l.lease(ctx, key, n)
+	}
+	var r singleflight.Result
+	if l.inline {
+		r.Val, r.Err, _ = l.flights.Do(key, fn)
+	} else {
+		select {
+		case r = <-l.flights.DoChan(key, fn):
+		case <-expiry():
+			return nil, errMissed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	switch {
+	case r.Err == nil:
+		return r.Val.(*entry), nil
+	case r.Err == tierlimit.ErrClosed:
+		return nil, r.Err
+	case tierlimit.Misconfigured(r.Err):
+		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, r.Err)
+	}
+	return nil, errMissed
+}
+
 // honoursDeadlines reports whether go-redis client rdb ends a call at its
 // context's deadline (Options.ContextTimeoutEnabled).
 func honoursDeadlines(rdb redis.UniversalClient) bool {
@@ -127,14 +151,17 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 	return false
 }
 
-// lease claims tokens for key into its entry: at least n (or nothing), at
-// most the lease size. It returns the entry.
+// lease claims tokens for key into its entry, so that it holds at least n
+// (or it claims nothing), at most the lease size. It returns the entry.
 func (l *Limiter) lease(ctx context.Context, key string, n int64) (*entry, error) {
 	e := l.entry(key)
-	if e.tokens.Load() >= n {
+	held := e.tokens.Load()
+	if held >= n {
 		return e, nil // a refill landed meanwhile
 	}
-	if err := l.claimInto(ctx, e, n); err != nil {
+	// The lease's tokens count: n - held more are enough, as one bucket
+	// would admit n from what the lease and Redis hold together.
+	if err := l.claimInto(ctx, e, n-held); err != nil {
 		return nil, err
 	}
 	return e, nil

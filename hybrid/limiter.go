@@ -32,6 +32,7 @@ type Limiter struct {
 	inline   bool         // claims run on the caller's goroutine: rdb honours deadlines
 	flights  singleflight.Group
 	waits    wait.Lines // WaitN's callers, in line per key
+	fbAll    sync.Mutex // orders AllowAll's fallback decisions (fallAll)
 	refills  chan *entry
 	stats    counters
 

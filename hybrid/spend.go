@@ -59,13 +59,16 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 		return tierlimit.Result{}, false
 	}
 	held := e.tokens.Load()
+	need := n - held - max(0, e.remote.Load())
+	if need <= 0 {
+		// The lease and what Redis last had hold n together: one bucket
+		// would admit, so the caller claims the rest.
+		return tierlimit.Result{}, false
+	}
 	// The wait is for this caller's n tokens: until the block ends, and
 	// at least until what the lease lacks can have accrued in Redis since
 	// it last answered (G2).
-	wait := time.Duration(until - now)
-	if need := n - held - max(0, e.remote.Load()); need > 0 {
-		wait = max(wait, l.limit.RefillTime(need)-time.Duration(now-e.lastClaim.Load()))
-	}
+	wait := max(time.Duration(until-now), l.limit.RefillTime(need)-time.Duration(now-e.lastClaim.Load()))
 	return tierlimit.Result{
 		Limit:      l.limit,
 		Remaining:  held,

@@ -1,0 +1,208 @@
+package hybrid
+
+// AllowAll: one decision over several keys, all or nothing.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// AllowAll decides several takes at once, all or nothing: it admits only if
+// every key admits its take, and then takes them all; a refused call takes
+// from no key. Takes of one key are added up. The Result is the most
+// restrictive take's: when admitted, the one with the fewest Remaining;
+// when denied, the one with the longest RetryAfter.
+//
+// The takes are spent from the keys' leases, all of them or none (a lease
+// that gave its part to a call another lease then refused gets it back at
+// once). Keys whose lease lacks their part claim a lease first, as AllowN
+// does; a key known to be blocked denies the call without a round trip.
+// While Redis cannot be reached, the failure mode decides, and in
+// FailFallback mode the keys' fallback buckets decide all or nothing too.
+//
+// Errors are AllowN's, and tierlimit.ErrInvalidCost for no takes or more
+// than tierlimit.MaxTakes keys.
+func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
+	start := time.Now()
+	res, err := l.allowAll(ctx, takes)
+	if err == nil && l.onDecision != nil {
+		var n int64
+		for _, t := range takes {
+			n += t.N
+		}
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: time.Since(start), Limit: res.Limit})
+	}
+	return res, err
+}
+
+func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlimit.Result, error) {
+	takes, err := tierlimit.MergeTakes(takes)
+	if err != nil {
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
+	}
+	for _, t := range takes {
+		if err := l.check(ctx, t.Key, t.N); err != nil {
+			return tierlimit.Result{}, err
+		}
+	}
+	entries := make([]*entry, len(takes))
+	expiry, stop := l.expiry()
+	defer stop()
+	// A lease claimed for one take may be spent by other callers before
+	// the others are: try again, a bounded number of times.
+	for attempt := 0; attempt < 4; attempt++ {
+		for i, t := range takes {
+			entries[i], _ = l.lookup(t.Key)
+		}
+		if res, ok := l.spendAll(entries, takes); ok {
+			return l.record(res, entries[0].stripe), nil
+		}
+		if res, ok := l.blockedAny(entries, takes); ok {
+			return l.record(res, 0), nil
+		}
+		if l.brk.open() {
+			return l.fallAll(takes)
+		}
+		for i, t := range takes {
+			if e := entries[i]; e != nil && e.tokens.Load() >= t.N {
+				continue
+			}
+			h := keyHash(t.Key)
+			if !l.keys.enter(h) {
+				return tierlimit.Result{}, tierlimit.ErrClosed
+			}
+			e, err := l.shared(ctx, t.Key, h, t.N, expiry)
+			l.keys.exit(h)
+			switch {
+			case err == errMissed:
+				return l.missedAll(takes)
+			case err != nil:
+				return tierlimit.Result{}, err
+			}
+			if res, ok := l.blocked(e, t.N, tierlimit.SourceRemote); ok {
+				return l.record(res, 0), nil
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return tierlimit.Result{}, err
+		}
+	}
+	return l.record(tierlimit.Result{
+		Limit: l.limit, RetryAfter: l.limit.RefillTime(1), Source: tierlimit.SourceRemote,
+		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
+	}, 0), nil
+}
+
+// spendAll takes every take from its entry's lease, or none: a lease that
+// lacks its part gives the parts taken before it back.
+func (l *Limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.Result, bool) {
+	for i, t := range takes {
+		if e := entries[i]; e == nil || !l.takeFromLease(e, t.N) {
+			for j := range i {
+				entries[j].tokens.Add(takes[j].N)
+			}
+			return tierlimit.Result{}, false
+		}
+	}
+	res := tierlimit.Result{Allowed: true, Limit: l.limit, Remaining: -1, Source: tierlimit.SourceLocal}
+	for i, t := range takes {
+		e := entries[i]
+		e.demand.Add(t.N)
+		left := e.tokens.Load()
+		if size := e.lastSize.Load(); size > 1 && left <= size/4 {
+			l.refill(e)
+		}
+		if r := min(left+e.remote.Load(), l.limit.Capacity()); res.Remaining < 0 || r < res.Remaining {
+			res.Remaining = r
+		}
+	}
+	res.ResetAfter = l.limit.RefillTime(l.limit.Capacity() - res.Remaining)
+	return res, true
+}
+
+// blockedAny returns a denial when a take's key is known to be blocked for
+// it: the longest wait among them.
+func (l *Limiter) blockedAny(entries []*entry, takes []tierlimit.Take) (tierlimit.Result, bool) {
+	var worst tierlimit.Result
+	found := false
+	for i, t := range takes {
+		if entries[i] == nil {
+			continue
+		}
+		if res, ok := l.blocked(entries[i], t.N, tierlimit.SourceBlocked); ok && (!found || res.RetryAfter > worst.RetryAfter) {
+			worst, found = res, true
+		}
+	}
+	return worst, found
+}
+
+// missedAll decides an AllowAll whose claim failed or ran past the budget,
+// as missed does one key's: while the breaker is closed Redis may only be
+// slow, and no fallback mints tokens for it (G1).
+func (l *Limiter) missedAll(takes []tierlimit.Take) (tierlimit.Result, error) {
+	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
+		return l.fallAll(takes)
+	}
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	return l.record(tierlimit.Result{
+		Limit: l.limit, RetryAfter: l.cfg.callBudget, Source: tierlimit.SourceFallback,
+		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
+	}, 0), nil
+}
+
+// fallAll decides an AllowAll while Redis cannot be reached: the failure
+// mode decides, and in FailFallback mode the keys' fallback buckets, all or
+// nothing (the leases were tried first).
+func (l *Limiter) fallAll(takes []tierlimit.Take) (tierlimit.Result, error) {
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	switch l.cfg.failureMode {
+	case FailOpen:
+		return l.record(tierlimit.Result{Allowed: true, Limit: l.limit, Source: tierlimit.SourceFallback}, 0), nil
+	case FailClosed:
+		return l.record(tierlimit.Result{
+			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
+			ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
+		}, 0), nil
+	}
+	now := l.cfg.clock.Now()
+	// fallAll serializes its decisions: it peeks at every bucket, then
+	// takes from each, which no other AllowAll interleaves.
+	l.fbAll.Lock()
+	defer l.fbAll.Unlock()
+	entries := make([]*entry, len(takes))
+	res := tierlimit.Result{Allowed: true, Limit: l.limit, Remaining: -1, Source: tierlimit.SourceFallback}
+	for i, t := range takes {
+		e := l.entry(t.Key)
+		entries[i] = e
+		r := l.fallbackOf(e, now).lim.Decide(now, 0)
+		if r.Remaining < t.N {
+			r = l.fallbackOf(e, now).lim.Decide(now, t.N) // the denial, with its RetryAfter
+		}
+		if !r.Allowed {
+			res.Allowed = false
+			res.RetryAfter = max(res.RetryAfter, r.RetryAfter)
+		}
+		if res.Remaining < 0 || r.Remaining < res.Remaining {
+			res.Remaining, res.ResetAfter = r.Remaining, r.ResetAfter
+		}
+	}
+	if !res.Allowed {
+		return l.record(res, 0), nil
+	}
+	for i, t := range takes {
+		e := entries[i]
+		l.fallbackOf(e, now).lim.Decide(now, t.N)
+		e.owed.Add(t.N)
+		if e.evicted.Load() {
+			l.keys.keep(e) // after the Add: see table.forget
+		}
+	}
+	return l.record(res, 0), nil
+}

@@ -1,0 +1,108 @@
+package hybrid
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// TestAllowAllChargesNoRefusal has five users share an org: each call
+// takes 1 from its user and 5 from the org. Once the org is drained every
+// call is refused, and Redis ends holding exactly what the admitted calls
+// took, from every key: the refusals took nothing.
+func TestAllowAllChargesNoRefusal(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100))
+	users := []string{"u0", "u1", "u2", "u3", "u4"}
+	spent := map[string]int64{}
+	var admitted, refused int
+	for i := 0; i < 200; i++ {
+		u := users[i%len(users)]
+		r, err := l.AllowAll(e.ctx, tierlimit.Take{Key: u, N: 1}, tierlimit.Take{Key: "org", N: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			refused++
+			if r.RetryAfter <= 0 {
+				t.Fatalf("call %d refused with RetryAfter %v, want > 0", i, r.RetryAfter)
+			}
+			continue
+		}
+		admitted++
+		spent[u]++
+		spent["org"] += 5
+	}
+	if admitted != 20 {
+		t.Errorf("admitted %d calls, want 20 (the org's 100 tokens, 5 a call)", admitted)
+	}
+	e.closeAndAudit(t, l, spent["org"]+int64(admitted), spent)
+}
+
+// TestAllowAllLeaseAllOrNothing holds a lease on one key while the other
+// is blocked: the call is refused, and the lease keeps every token.
+func TestAllowAllLeaseAllOrNothing(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(20, 20))
+	if r, err := l.Allow(e.ctx, "a"); err != nil || !r.Allowed {
+		t.Fatalf("Allow(a) = %+v, %v", r, err)
+	}
+	if r, err := l.AllowN(e.ctx, "b", 100); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(b, 100) = %+v, %v", r, err)
+	}
+	if r, err := l.Allow(e.ctx, "b"); err != nil || r.Allowed {
+		t.Fatalf("Allow(b) drained = %+v, %v; want refused", r, err)
+	}
+	ea, _ := l.lookup("a")
+	held := ea.tokens.Load()
+	calls := e.calls.Calls()
+	r, err := l.AllowAll(e.ctx, tierlimit.Take{Key: "a", N: 2}, tierlimit.Take{Key: "b", N: 1})
+	if err != nil || r.Allowed {
+		t.Fatalf("AllowAll(a 2, b 1) with b drained = %+v, %v; want refused", r, err)
+	}
+	if got := ea.tokens.Load(); got != held {
+		t.Errorf("a's lease holds %d after the refusal, want %d", got, held)
+	}
+	if got := e.calls.Calls() - calls; got != 0 {
+		t.Errorf("refusal for a blocked key made %d Redis calls, want 0", got)
+	}
+	r, err = l.AllowAll(e.ctx, tierlimit.Take{Key: "a", N: 2}, tierlimit.Take{Key: "a", N: 3})
+	if err != nil || !r.Allowed {
+		t.Fatalf("AllowAll(a 2, a 3) = %+v, %v; want allowed", r, err)
+	}
+	if got, want := ea.tokens.Load(), held-5; got != want {
+		t.Errorf("a's lease holds %d, want %d (takes of one key add up)", got, want)
+	}
+	e.closeAndAudit(t, l, 106, map[string]int64{"a": 6, "b": 100})
+}
+
+func TestAllowAllBadInput(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(100))
+	many := make([]tierlimit.Take, tierlimit.MaxTakes+1)
+	for i := range many {
+		many[i] = tierlimit.Take{Key: strings.Repeat("k", i+1), N: 1}
+	}
+	for _, c := range []struct {
+		name  string
+		takes []tierlimit.Take
+		want  error
+	}{
+		{"none", nil, tierlimit.ErrInvalidCost},
+		{"empty key", []tierlimit.Take{{Key: "", N: 1}}, tierlimit.ErrInvalidKey},
+		{"negative", []tierlimit.Take{{Key: "a", N: -1}}, tierlimit.ErrInvalidCost},
+		{"over burst", []tierlimit.Take{{Key: "a", N: 101}}, tierlimit.ErrInvalidCost},
+		{"over burst once added up", []tierlimit.Take{{Key: "a", N: 60}, {Key: "a", N: 41}}, tierlimit.ErrInvalidCost},
+		{"too many keys", many, tierlimit.ErrInvalidCost},
+	} {
+		if _, err := l.AllowAll(e.ctx, c.takes...); !errors.Is(err, c.want) {
+			t.Errorf("AllowAll(%s) = %v, want %v", c.name, err, c.want)
+		}
+	}
+	l.Close()
+	if _, err := l.AllowAll(e.ctx, tierlimit.Take{Key: "a", N: 1}); !errors.Is(err, tierlimit.ErrClosed) {
+		t.Errorf("AllowAll after Close = %v, want ErrClosed", err)
+	}
+}
