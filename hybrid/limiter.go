@@ -210,7 +210,7 @@ func (l *Limiter) observed(ctx context.Context, key string, n int64) (tierlimit.
 	start := time.Now()
 	res, err := l.decide(ctx, key, n)
 	if err == nil {
-		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: time.Since(start)})
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: time.Since(start), Limit: res.Limit})
 	}
 	return res, err
 }

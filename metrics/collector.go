@@ -18,6 +18,7 @@ import (
 // From Observers:
 //
 //	tierlimit_decisions_total{limiter,source,result}         counter    result: allowed, denied
+//	tierlimit_limit_decisions_total{limiter,limit,result}    counter    limit: the deciding Limit's String, at most WithMaxLimits of them, then "other"
 //	tierlimit_decision_duration_seconds{limiter,source}      histogram
 //	tierlimit_redis_calls_total{limiter,op}                  counter    every call, failed or not
 //	tierlimit_redis_errors_total{limiter,op}                 counter
@@ -41,6 +42,8 @@ import (
 // A Collector is safe for concurrent use and must not be copied.
 type Collector struct {
 	decisions   *prometheus.CounterVec
+	byLimit     *prometheus.CounterVec
+	maxLimits   int
 	decisionLat *prometheus.HistogramVec
 	calls       *prometheus.CounterVec
 	callErrs    *prometheus.CounterVec
@@ -88,6 +91,9 @@ func New(opts ...Option) (*Collector, error) {
 	return &Collector{
 		decisions: counter("decisions_total", "Decisions made, by the tier that made them and their result.",
 			"limiter", "source", "result"),
+		byLimit: counter("limit_decisions_total", "Decisions made, by the limit that decided them (a key's own, with per-key limits) and their result.",
+			"limiter", "limit", "result"),
+		maxLimits: cfg.maxLimits,
 		decisionLat: histogram("decision_duration_seconds", "Time from a call to its decision.",
 			cfg.decisionBuckets, "limiter", "source"),
 		calls:    counter("redis_calls_total", "Round trips to Redis (script calls and pipelines), failed or not.", "limiter", "op"),
@@ -127,6 +133,7 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 		allowed, denied prometheus.Counter
 		latency         prometheus.Observer
 	}
+	limits := &limitSeries{vec: c.byLimit, name: name, max: c.maxLimits, seen: map[tierlimit.Limit][2]prometheus.Counter{}}
 	var known [4]series
 	for s := range known {
 		src := tierlimit.Source(s).String()
@@ -155,6 +162,7 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 				s.denied.Inc()
 			}
 			s.latency.Observe(d.Latency.Seconds())
+			limits.count(d)
 		},
 		RedisCall: func(rc tierlimit.RedisCall) {
 			op := labelValue(rc.Op)
@@ -205,6 +213,7 @@ func (c *Collector) WatchHybrid(name string, l *hybrid.Limiter) error {
 // Describe sends the descriptors of every metric c may export.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.decisions.Describe(ch)
+	c.byLimit.Describe(ch)
 	c.decisionLat.Describe(ch)
 	c.calls.Describe(ch)
 	c.callErrs.Describe(ch)
@@ -220,6 +229,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends the current value of every metric.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.decisions.Collect(ch)
+	c.byLimit.Collect(ch)
 	c.decisionLat.Collect(ch)
 	c.calls.Collect(ch)
 	c.callErrs.Collect(ch)

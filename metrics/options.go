@@ -25,6 +25,7 @@ type config struct {
 	namespace       string
 	decisionBuckets []float64
 	redisBuckets    []float64
+	maxLimits       int
 }
 
 // The default histogram buckets, in seconds. A decision from a lease or an
@@ -36,6 +37,7 @@ func defaults() config {
 		namespace:       DefaultNamespace,
 		decisionBuckets: []float64{1e-6, 1e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1},
 		redisBuckets:    []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1},
+		maxLimits:       DefaultMaxLimits,
 	}
 }
 
@@ -82,6 +84,23 @@ func WithRedisBuckets(bounds ...float64) Option {
 			return err
 		}
 		c.redisBuckets = append([]float64(nil), bounds...)
+		return nil
+	})
+}
+
+// maxMaxLimits bounds WithMaxLimits: every labelled limit is a series per
+// result and limiter.
+const maxMaxLimits = 1024
+
+// WithMaxLimits sets how many distinct limits per limiter
+// tierlimit_limit_decisions_total names (default DefaultMaxLimits, at most
+// 1024): the decisions of later ones are counted under limit="other".
+func WithMaxLimits(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 0 || n > maxMaxLimits {
+			return invalid("max limits %d must be between 0 and %d", n, maxMaxLimits)
+		}
+		c.maxLimits = n
 		return nil
 	})
 }

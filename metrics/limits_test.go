@@ -1,0 +1,47 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tierlimit/tierlimit"
+)
+
+// TestDecisionsByLimit counts decisions by the limit that decided, up to
+// WithMaxLimits limits, then under "other"; a decision without a limit is
+// not counted there.
+func TestDecisionsByLimit(t *testing.T) {
+	c := mustNew(t, WithMaxLimits(2))
+	o := c.Observer("api")
+	free, pro, team := tierlimit.PerSecond(10), tierlimit.PerSecond(100), tierlimit.PerMinute(5000).WithBurst(200)
+	for _, d := range []tierlimit.Decision{
+		{Allowed: true, Limit: free},
+		{Allowed: false, Limit: free},
+		{Allowed: true, Limit: pro},
+		{Allowed: true, Limit: team}, // a third limit: "other"
+		{Allowed: false, Limit: team},
+		{Allowed: true}, // no limit: not labelled
+	} {
+		o.Decision(d)
+	}
+	want := `
+# HELP tierlimit_limit_decisions_total Decisions made, by the limit that decided them (a key's own, with per-key limits) and their result.
+# TYPE tierlimit_limit_decisions_total counter
+tierlimit_limit_decisions_total{limit="10/1s",limiter="api",result="allowed"} 1
+tierlimit_limit_decisions_total{limit="10/1s",limiter="api",result="denied"} 1
+tierlimit_limit_decisions_total{limit="100/1s",limiter="api",result="allowed"} 1
+tierlimit_limit_decisions_total{limit="100/1s",limiter="api",result="denied"} 0
+tierlimit_limit_decisions_total{limit="other",limiter="api",result="allowed"} 1
+tierlimit_limit_decisions_total{limit="other",limiter="api",result="denied"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "tierlimit_limit_decisions_total"); err != nil {
+		t.Error(err)
+	}
+	if _, err := New(WithMaxLimits(-1)); err == nil {
+		t.Error("New(WithMaxLimits(-1)) = nil error, want ErrInvalidOption")
+	}
+	if _, err := New(WithMaxLimits(maxMaxLimits + 1)); err == nil {
+		t.Error("New(WithMaxLimits(1025)) = nil error, want ErrInvalidOption")
+	}
+}
