@@ -43,8 +43,12 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
 	}
-	for _, t := range takes {
+	pols := make([]*policy, len(takes))
+	for i, t := range takes {
 		if err := l.check(ctx, t.Key, t.N); err != nil {
+			return tierlimit.Result{}, err
+		}
+		if pols[i], err = l.checkPolicy(t.Key, t.N); err != nil {
 			return tierlimit.Result{}, err
 		}
 	}
@@ -64,7 +68,7 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			return l.record(res, 0), nil
 		}
 		if l.brk.open() {
-			return l.fallAll(takes)
+			return l.fallAll(takes, pols)
 		}
 		for i, t := range takes {
 			if e := entries[i]; e != nil && e.tokens.Load() >= t.N {
@@ -74,11 +78,11 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			if !l.keys.enter(h) {
 				return tierlimit.Result{}, tierlimit.ErrClosed
 			}
-			e, err := l.shared(ctx, t.Key, h, t.N, expiry)
+			e, err := l.shared(ctx, t.Key, h, pols[i], t.N, expiry)
 			l.keys.exit(h)
 			switch {
 			case err == errMissed:
-				return l.missedAll(takes)
+				return l.missedAll(takes, pols)
 			case err != nil:
 				return tierlimit.Result{}, err
 			}
@@ -90,10 +94,7 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			return tierlimit.Result{}, err
 		}
 	}
-	return l.record(tierlimit.Result{
-		Limit: l.limit, RetryAfter: l.limit.RefillTime(1), Source: tierlimit.SourceRemote,
-		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
-	}, 0), nil
+	return l.record(pols[0].denial(pols[0].limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
 }
 
 // spendAll takes every take from its entry's lease, or none: a lease that
@@ -107,7 +108,7 @@ func (l *Limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.
 			return tierlimit.Result{}, false
 		}
 	}
-	res := tierlimit.Result{Allowed: true, Limit: l.limit, Remaining: -1, Source: tierlimit.SourceLocal}
+	res := tierlimit.Result{Allowed: true, Remaining: -1, Source: tierlimit.SourceLocal}
 	for i, t := range takes {
 		e := entries[i]
 		e.demand.Add(t.N)
@@ -115,11 +116,12 @@ func (l *Limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.
 		if size := e.lastSize.Load(); size > 1 && left <= size/4 {
 			l.refill(e)
 		}
-		if r := min(left+e.remote.Load(), l.limit.Capacity()); res.Remaining < 0 || r < res.Remaining {
-			res.Remaining = r
+		p := e.policy()
+		if r := min(left+e.remote.Load(), p.capacity); res.Remaining < 0 || r < res.Remaining {
+			res.Remaining, res.Limit = r, p.limit
+			res.ResetAfter = p.limit.RefillTime(p.capacity - r)
 		}
 	}
-	res.ResetAfter = l.limit.RefillTime(l.limit.Capacity() - res.Remaining)
 	return res, true
 }
 
@@ -142,34 +144,28 @@ func (l *Limiter) blockedAny(entries []*entry, takes []tierlimit.Take) (tierlimi
 // missedAll decides an AllowAll whose claim failed or ran past the budget,
 // as missed does one key's: while the breaker is closed Redis may only be
 // slow, and no fallback mints tokens for it (G1).
-func (l *Limiter) missedAll(takes []tierlimit.Take) (tierlimit.Result, error) {
+func (l *Limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
 	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
-		return l.fallAll(takes)
+		return l.fallAll(takes, pols)
 	}
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}
-	return l.record(tierlimit.Result{
-		Limit: l.limit, RetryAfter: l.cfg.callBudget, Source: tierlimit.SourceFallback,
-		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
-	}, 0), nil
+	return l.record(pols[0].denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
 }
 
 // fallAll decides an AllowAll while Redis cannot be reached: the failure
 // mode decides, and in FailFallback mode the keys' fallback buckets, all or
 // nothing (the leases were tried first).
-func (l *Limiter) fallAll(takes []tierlimit.Take) (tierlimit.Result, error) {
+func (l *Limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}
 	switch l.cfg.failureMode {
 	case FailOpen:
-		return l.record(tierlimit.Result{Allowed: true, Limit: l.limit, Source: tierlimit.SourceFallback}, 0), nil
+		return l.record(tierlimit.Result{Allowed: true, Limit: pols[0].limit, Source: tierlimit.SourceFallback}, 0), nil
 	case FailClosed:
-		return l.record(tierlimit.Result{
-			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
-			ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
-		}, 0), nil
+		return l.record(pols[0].denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
 	}
 	now := l.cfg.clock.Now()
 	// fallAll serializes its decisions: it peeks at every bucket, then
@@ -177,20 +173,22 @@ func (l *Limiter) fallAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 	l.fbAll.Lock()
 	defer l.fbAll.Unlock()
 	entries := make([]*entry, len(takes))
-	res := tierlimit.Result{Allowed: true, Limit: l.limit, Remaining: -1, Source: tierlimit.SourceFallback}
+	res := tierlimit.Result{Allowed: true, Remaining: -1, Source: tierlimit.SourceFallback}
 	for i, t := range takes {
-		e := l.entry(t.Key)
+		e := l.entry(t.Key, pols[i])
 		entries[i] = e
 		r := l.fallbackOf(e, now).lim.Decide(now, 0)
 		if r.Remaining < t.N {
 			r = l.fallbackOf(e, now).lim.Decide(now, t.N) // the denial, with its RetryAfter
 		}
-		if !r.Allowed {
-			res.Allowed = false
-			res.RetryAfter = max(res.RetryAfter, r.RetryAfter)
+		if !r.Allowed && (res.Allowed || r.RetryAfter > res.RetryAfter) {
+			res.Allowed, res.RetryAfter, res.Limit = false, r.RetryAfter, pols[i].limit
 		}
 		if res.Remaining < 0 || r.Remaining < res.Remaining {
 			res.Remaining, res.ResetAfter = r.Remaining, r.ResetAfter
+			if res.Allowed {
+				res.Limit = pols[i].limit
+			}
 		}
 	}
 	if !res.Allowed {

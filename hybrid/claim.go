@@ -24,11 +24,15 @@ import (
 // on in its flight's goroutine and lands its tokens in the entry for later
 // callers: a goroutine hand-off more per claim, which the first way saves.
 func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
+	p, err := l.checkPolicy(key, n)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
 	if n == 0 {
-		return l.peek(ctx, key)
+		return l.peek(ctx, key, p)
 	}
 	if l.brk.open() {
-		return l.fall(ctx, key, n)
+		return l.fall(ctx, key, p, n)
 	}
 	expiry, stop := l.expiry()
 	defer stop()
@@ -49,10 +53,10 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 				return l.record(res, e.stripe), nil
 			}
 		}
-		e, err := l.shared(ctx, key, h, n, expiry)
+		e, err := l.shared(ctx, key, h, p, n, expiry)
 		switch {
 		case err == errMissed:
-			return l.missed(ctx, key, n)
+			return l.missed(ctx, key, p, n)
 		case err != nil:
 			return tierlimit.Result{}, err
 		}
@@ -67,10 +71,7 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 		}
 	}
 	// Other callers keep taking what is claimed: deny this one briefly.
-	return l.record(tierlimit.Result{
-		Limit: l.limit, RetryAfter: l.limit.RefillTime(1), Source: tierlimit.SourceRemote,
-		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
-	}, 0), nil
+	return l.record(p.denial(p.limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
 }
 
 // expiry returns a func whose channel is closed when the call budget has
@@ -104,7 +105,7 @@ var errMissed = errors.New("hybrid: claim missed")
 // shared makes key's claim of at least n tokens, or joins the one in
 // flight, and returns key's entry. Its errors are ErrClosed, ctx's,
 // ErrMisconfigured's, and errMissed. expiry is claim's budget timer.
-func (l *Limiter) shared(ctx context.Context, key string, h uint64, n int64, expiry func() <-chan struct{}) (*entry, error) {
+func (l *Limiter) shared(ctx context.Context, key string, h uint64, p *policy, n int64, expiry func() <-chan struct{}) (*entry, error) {
 	fn := func() (any, error) {
 		// The flight may outlive its caller: it is a call in flight of
 		// its own, which Close waits for.
@@ -112,7 +113,7 @@ func (l *Limiter) shared(ctx context.Context, key string, h uint64, n int64, exp
 			return nil, tierlimit.ErrClosed
 		}
 		defer l.keys.exit(h)
-		return l.lease(ctx, key, n)
+		return l.lease(ctx, key, p, n)
 	}
 	var r singleflight.Result
 	if l.inline {
@@ -153,8 +154,8 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 
 // lease claims tokens for key into its entry, so that it holds at least n
 // (or it claims nothing), at most the lease size. It returns the entry.
-func (l *Limiter) lease(ctx context.Context, key string, n int64) (*entry, error) {
-	e := l.entry(key)
+func (l *Limiter) lease(ctx context.Context, key string, p *policy, n int64) (*entry, error) {
+	e := l.entry(key, p)
 	held := e.tokens.Load()
 	if held >= n {
 		return e, nil // a refill landed meanwhile
@@ -240,10 +241,11 @@ func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 // holds e's key lock: e's claims and refunds are numbered in the order they
 // are made.
 func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
-	if !l.cfg.ledger {
-		return store.Claim{Min: lo, Want: want}
+	c := e.policy().claim(lo, want)
+	if l.cfg.ledger {
+		c.Holder, c.Gen, c.Held = e.holder, e.gen.Add(1), e.tokens.Load()
 	}
-	return store.Claim{Min: lo, Want: want, Holder: e.holder, Gen: e.gen.Add(1), Held: e.tokens.Load()}
+	return c
 }
 
 // apply records a claim of want tokens in e: a use of the key for
@@ -284,10 +286,10 @@ func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 			l.keys.keep(e) // after the Add: see table.forget
 		}
 	}
-	if res.Allowed && (granted >= want || l.cfg.maxLease == 1) {
+	if p := e.policy(); res.Allowed && (granted >= want || p.maxLease == 1) {
 		e.blockedUntil.Store(0)
 	} else {
-		e.blockedUntil.Store(now + int64(l.blockFor(res)))
+		e.blockedUntil.Store(now + int64(l.blockFor(p, res)))
 	}
 }
 
@@ -298,7 +300,8 @@ func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 // round trips still grows out of them. Half a TTL: the lease then runs low,
 // and is refilled in the background, before the janitor would refund it.
 func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
-	want := l.cfg.minLease
+	p := e.policy()
+	want := p.minLease
 	if last := e.lastClaim.Load(); last > 0 && now > last {
 		perNs := float64(e.demand.Load()) / float64(now-last)
 		want = int64(perNs*float64(l.cfg.refillInterval)) + 1
@@ -307,7 +310,7 @@ func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
 			want = max(want, min(2*e.lastSize.Load(), ceiling))
 		}
 	}
-	return max(lo, min(max(want, l.cfg.minLease), l.cfg.maxLease))
+	return max(lo, min(max(want, p.minLease), p.maxLease))
 }
 
 // blockFor is how long a denied key stays blocked: until the tokens asked
@@ -316,27 +319,34 @@ func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
 // interval beyond that, so that a denied caller is told at most the
 // one-bucket answer plus a refill interval (G2), and never so long that
 // the bucket could fill up and waste refill.
-func (l *Limiter) blockFor(res tierlimit.Result) time.Duration {
+func (l *Limiter) blockFor(p *policy, res tierlimit.Result) time.Duration {
 	d := res.RetryAfter
-	if l.cfg.maxLease > 1 {
-		batch := l.limit.RefillTime(l.cfg.maxLease)
-		headroom := l.limit.RefillTime(l.limit.Capacity()-res.Remaining) / 2
+	if p.maxLease > 1 {
+		batch := p.limit.RefillTime(p.maxLease)
+		headroom := p.limit.RefillTime(p.capacity-res.Remaining) / 2
 		d = max(d, min(batch, headroom, d+l.cfg.refillInterval))
 	}
 	return d
 }
 
-// entry returns key's entry: the cached one, else the one ristretto
-// dropped that the table still follows, else a new one, cached if
-// ristretto admits it.
-func (l *Limiter) entry(key string) *entry {
-	if e, ok := l.lookup(key); ok {
+// entry returns key's entry, following policy p from now on: the cached
+// one, else the one ristretto dropped that the table still follows, else a
+// new one, cached if ristretto admits it. An entry whose key's limit
+// changed (WithLimitFunc) keeps its lease: Redis carries the key's state
+// over to the new limit.
+func (l *Limiter) entry(key string, p *policy) *entry {
+	e, ok := l.lookup(key)
+	if !ok {
+		e, ok = l.keys.droppedFor(key)
+	}
+	if ok {
+		if e.policy() != p {
+			e.pol.Store(p)
+		}
 		return e
 	}
-	if e, ok := l.keys.droppedFor(key); ok {
-		return e
-	}
-	e := &entry{key: key, stripe: uint8(keyHash(key))}
+	e = &entry{key: key, stripe: uint8(keyHash(key))}
+	e.pol.Store(p)
 	if l.cfg.ledger {
 		e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
 	}

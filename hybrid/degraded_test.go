@@ -708,6 +708,7 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 		{"paid within the TTL", 40, []charge{{0, 0, 0, 40, debtShort}, {ttl / 2, 40, 0, 0, debtSettled}, {ttl, 0, 0, 0, debtSettled}}},
 	} {
 		e := &entry{key: tc.name}
+		e.pol.Store(l.def)
 		e.owed.Store(tc.owed)
 		for i, c := range tc.charges {
 			l.cfg.clock.(*clocktest.Clock).Add(c.after)
@@ -721,6 +722,8 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 	// A bucket another instance found full is marked: a debt the bucket
 	// cannot pay is forgiven; one on an unmarked bucket stays owed.
 	marked, unmarked := &entry{key: "marked"}, &entry{key: "unmarked"}
+	marked.pol.Store(l.def)
+	unmarked.pol.Store(l.def)
 	for _, en := range []*entry{marked, unmarked} {
 		en.owed.Store(30)
 	}
@@ -754,6 +757,7 @@ func TestGrantPaysDebtFirst(t *testing.T) {
 		{"debt under the grant", 10, 30, 10, 0, 20, false},
 	} {
 		en := &entry{key: tc.name}
+		en.pol.Store(l.def)
 		en.owed.Store(tc.owed)
 		l.apply(en, 30, tc.granted, tierlimit.Result{Allowed: true, Remaining: tc.remaining})
 		if en.owed.Load() != tc.wantOwed || en.tokens.Load() != tc.wantHeld {

@@ -20,7 +20,9 @@ import (
 // must not be copied. Close it to refund unspent tokens and stop its
 // background goroutines.
 type Limiter struct {
-	limit    tierlimit.Limit
+	limit    tierlimit.Limit // the default (New's)
+	def      *policy         // the default's
+	pols     policies        // the other limits' (WithLimitFunc)
 	cfg      config
 	rdb      redis.UniversalClient
 	bucket   *store.Limiter
@@ -110,11 +112,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
-	capacity := limit.Capacity()
-	if cfg.maxLease == 0 {
-		cfg.minLease, cfg.maxLease = 1, max(1, capacity/DefaultLeaseShare)
-	}
-	if cfg.maxLease > capacity {
+	if capacity := limit.Capacity(); cfg.maxLease > capacity {
 		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, capacity)
 	}
 	bucketCfg := store.Config{Prefix: cfg.prefix}
@@ -136,6 +134,8 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	}
 	l := &Limiter{
 		limit:   limit,
+		def:     newPolicy(limit, &cfg),
+		pols:    policies{byLimit: map[tierlimit.Limit]*policy{}},
 		cfg:     cfg,
 		rdb:     rdb,
 		bucket:  bucket,
@@ -243,8 +243,12 @@ func (l *Limiter) check(ctx context.Context, key string, n int64) error {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return err
 	}
-	if err := l.limit.CheckCost(n); err != nil {
-		return err
+	if l.cfg.limitFunc == nil {
+		if err := l.limit.CheckCost(n); err != nil {
+			return err
+		}
+	} else if n < 0 {
+		return fmt.Errorf("%w: n %d is negative", tierlimit.ErrInvalidCost, n)
 	}
 	return ctx.Err()
 }

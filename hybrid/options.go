@@ -59,6 +59,7 @@ type config struct {
 	ledger             bool // WithLeaseLedger
 	clock              Clock
 	fallback           *tierlimit.Limit
+	limitFunc          tierlimit.LimitFunc
 	prefix             string
 	failureMode        FailureMode
 	breakerThreshold   uint32
@@ -83,6 +84,28 @@ func defaults() config {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: hybrid: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+}
+
+// WithLimitFunc gives keys limits of their own: f(key) is a key's limit,
+// and New's limit the default (for the keys f answers the zero Limit).
+// One Limiter, with its one cache, goroutines and heartbeat, serves keys
+// of any number of limits.
+//
+// f is asked when a key claims a lease, not on every decision: a changed
+// answer (a plan upgrade) applies within one lease TTL, on every instance,
+// and the key keeps its state in Redis, its tokens capped at the new
+// Burst. Lease bounds (WithLeaseBounds) are capped at each limit's Burst;
+// the fallback holds a key to its own limit's share, unless
+// WithFallbackLimit sets one for every key. A limit f returns that is not
+// valid makes the call return an error wrapping tierlimit.ErrInvalidLimit.
+func WithLimitFunc(f tierlimit.LimitFunc) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return invalid("nil limit func")
+		}
+		c.limitFunc = f
+		return nil
+	})
 }
 
 // WithLeaseBounds bounds the size of a lease: at least lo tokens (default 1)

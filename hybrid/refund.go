@@ -65,7 +65,7 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 			mu.Unlock()
 		}
 		if t > 0 {
-			r := store.Refund{Key: e.key, N: t, ID: l.refundID()}
+			r := e.policy().refund(e.key, t, l.refundID())
 			if l.cfg.ledger {
 				r.Holder, r.Gen = e.holder, gen
 			}
@@ -108,7 +108,7 @@ func (l *Limiter) chargeBack(entries []*entry) {
 // debtClaim is the claim that charges e's debt: up to what it owes, at
 // least nothing. The caller holds e's key lock.
 func (l *Limiter) debtClaim(e *entry) store.Claim {
-	return l.claimOf(e, 0, min(e.owed.Load(), l.limit.Capacity()))
+	return l.claimOf(e, 0, min(e.owed.Load(), e.policy().capacity))
 }
 
 // debtOutcome is what a charge of a debt leaves to do.
@@ -145,7 +145,7 @@ func (l *Limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcom
 	case left <= 0:
 		e.owedSince.Store(0)
 		out = debtSettled
-	case granted+res.Remaining >= l.limit.Capacity():
+	case granted+res.Remaining >= e.policy().capacity:
 		l.forgive(e)
 		out = debtFull
 	case e.owedSince.Load() == 0:

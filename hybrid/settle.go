@@ -42,7 +42,11 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	if err := l.check(ctx, key, 0); err != nil {
 		return tierlimit.Result{}, err
 	}
-	capacity := l.limit.Capacity()
+	p, err := l.checkPolicy(key, 0)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
+	capacity := p.capacity
 	if charged < 0 || used < 0 || charged > capacity || used > capacity {
 		return tierlimit.Result{}, fmt.Errorf("%w: hybrid: settle of %d charged, %d used: each must be between 0 and %d",
 			tierlimit.ErrInvalidCost, charged, used, capacity)
@@ -52,7 +56,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 		return tierlimit.Result{}, tierlimit.ErrClosed
 	}
 	defer l.keys.exit(h)
-	e := l.entry(key)
+	e := l.entry(key, p)
 	switch d := charged - used; {
 	case d > 0 && l.giveToLease(e, d):
 		return l.settled(e, tierlimit.SourceLocal), nil
@@ -69,13 +73,13 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 // settled is Settle's Result: what e's lease and Redis hold, as far as
 // this instance knows.
 func (l *Limiter) settled(e *entry, src tierlimit.Source) tierlimit.Result {
-	capacity := l.limit.Capacity()
-	remaining := min(e.tokens.Load()+max(0, e.remote.Load()), capacity)
+	p := e.policy()
+	remaining := min(e.tokens.Load()+max(0, e.remote.Load()), p.capacity)
 	return tierlimit.Result{
 		Allowed:    true,
-		Limit:      l.limit,
+		Limit:      p.limit,
 		Remaining:  remaining,
-		ResetAfter: l.limit.RefillTime(capacity - remaining),
+		ResetAfter: p.limit.RefillTime(p.capacity - remaining),
 		Source:     src,
 	}
 }
@@ -123,7 +127,7 @@ func (l *Limiter) giveToRedis(e *entry, d int64) {
 	if e.stale.Load() {
 		return // Reset refilled the bucket
 	}
-	r := store.Refund{Key: e.key, N: d, ID: l.refundID()}
+	r := e.policy().refund(e.key, d, l.refundID())
 	if l.cfg.ledger {
 		r.Holder, r.Gen = e.holder, e.gen.Load()
 	}

@@ -32,7 +32,8 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
 		l.refill(e)
 	}
-	remaining := min(left+e.remote.Load(), l.limit.Capacity())
+	pol := e.policy()
+	remaining := min(left+e.remote.Load(), pol.capacity)
 	if src == tierlimit.SourceLocal {
 		l.countLocal(e)
 	} else {
@@ -40,9 +41,9 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 	}
 	return tierlimit.Result{
 		Allowed:    true,
-		Limit:      l.limit,
+		Limit:      pol.limit,
 		Remaining:  remaining,
-		ResetAfter: l.limit.RefillTime(l.limit.Capacity() - remaining),
+		ResetAfter: pol.limit.RefillTime(pol.capacity - remaining),
 		Source:     src,
 	}, true
 }
@@ -68,24 +69,25 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 	// The wait is for this caller's n tokens: until the block ends, and
 	// at least until what the lease lacks can have accrued in Redis since
 	// it last answered (G2).
-	wait := max(time.Duration(until-now), l.limit.RefillTime(need)-time.Duration(now-e.lastClaim.Load()))
+	pol := e.policy()
+	wait := max(time.Duration(until-now), pol.limit.RefillTime(need)-time.Duration(now-e.lastClaim.Load()))
 	return tierlimit.Result{
-		Limit:      l.limit,
+		Limit:      pol.limit,
 		Remaining:  held,
 		RetryAfter: wait,
-		ResetAfter: l.limit.RefillTime(l.limit.Capacity() - held),
+		ResetAfter: pol.limit.RefillTime(pol.capacity - held),
 		Source:     src,
 	}, true
 }
 
 // peek answers n == 0: what the lease and Redis hold, charging nothing.
-func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error) {
+func (l *Limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Result, error) {
 	var res tierlimit.Result
 	ev, err := l.call("peek", l.cfg.callBudget, func() error {
 		cctx, cancel := l.budget(ctx)
 		defer cancel()
 		var err error
-		res, err = l.bucket.AllowN(cctx, key, 0)
+		_, res, err = l.bucket.Lease(cctx, key, p.claim(0, 0))
 		return err
 	})
 	l.report(&ev)
@@ -93,7 +95,7 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 	case tierlimit.Misconfigured(err):
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	case err != nil:
-		return l.fall(ctx, key, 0)
+		return l.fall(ctx, key, p, 0)
 	}
 	return l.record(res, 0), nil
 }
@@ -105,9 +107,9 @@ func (l *Limiter) peek(ctx context.Context, key string) (tierlimit.Result, error
 // meanwhile is spent, a key known to be blocked stays blocked, and
 // anything else is denied for a budget's time; the claim, if it lands, is
 // spent by the next callers.
-func (l *Limiter) missed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+func (l *Limiter) missed(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
 	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
-		return l.fall(ctx, key, n)
+		return l.fall(ctx, key, p, n)
 	}
 	if e, ok := l.lookup(key); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
@@ -120,16 +122,13 @@ func (l *Limiter) missed(ctx context.Context, key string, n int64) (tierlimit.Re
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}
-	return l.record(tierlimit.Result{
-		Limit: l.limit, RetryAfter: l.cfg.callBudget, Source: tierlimit.SourceFallback,
-		ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
-	}, 0), nil
+	return l.record(p.denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
 }
 
 // fall decides while Redis cannot be reached: a lease still held is spent
 // first, then the failure mode decides, unless Redis's last word was a
 // misconfiguration: that is an error.
-func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+func (l *Limiter) fall(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
 	if e, ok := l.lookup(key); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
 			return res, nil
@@ -140,24 +139,18 @@ func (l *Limiter) fall(ctx context.Context, key string, n int64) (tierlimit.Resu
 	}
 	switch l.cfg.failureMode {
 	case FailOpen:
-		return l.record(tierlimit.Result{Allowed: true, Limit: l.limit, Source: tierlimit.SourceFallback}, 0), nil
+		return l.record(tierlimit.Result{Allowed: true, Limit: p.limit, Source: tierlimit.SourceFallback}, 0), nil
 	case FailClosed:
-		return l.record(tierlimit.Result{
-			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
-			ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
-		}, 0), nil
+		return l.record(p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
 	}
 	now := l.cfg.clock.Now()
-	e := l.entry(key)
+	e := l.entry(key, p)
 	if e.owed.Load() == 0 && l.keys.droppedLen() >= l.cfg.maxKeys {
 		// The table follows WithMaxKeys dropped entries already: it cannot
 		// follow one more debt (G6), and a bucket forgotten at every call
 		// would admit without bound (G1). Deny, as a key known to be
 		// blocked is.
-		return l.record(tierlimit.Result{
-			Limit: l.limit, RetryAfter: l.cfg.probeInterval, Source: tierlimit.SourceFallback,
-			ResetAfter: l.limit.RefillTime(l.limit.Capacity()),
-		}, e.stripe), nil
+		return l.record(p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), e.stripe), nil
 	}
 	fb := l.fallbackOf(e, now)
 	res := fb.lim.Decide(now, n)
@@ -191,7 +184,7 @@ func (l *Limiter) fallbackOf(e *entry, now time.Time) *fallback {
 	if old != nil && old.epoch == epoch {
 		return old
 	}
-	share := *l.share.Load()
+	share := l.shareOf(e.policy())
 	var tokens int64
 	if e.lastClaim.Load() != 0 && e.blockedUntil.Load() <= now.UnixNano() {
 		tokens = e.remote.Load() / max(1, l.instances.Load())

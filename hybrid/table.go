@@ -16,12 +16,13 @@ import (
 type entry struct {
 	// Read by every decision, written by claims.
 	key          string
-	stripe       uint8        // of the decision counters
-	evicted      atomic.Bool  // ristretto dropped e: refund its tokens, refill it no more
-	stale        atomic.Bool  // Reset forgot the key: e takes no more tokens
-	blockedUntil atomic.Int64 // ns: Redis cannot grant n tokens before then
-	remote       atomic.Int64 // Redis's Remaining at the last claim
-	lastSize     atomic.Int64 // tokens granted by the last claim
+	stripe       uint8                  // of the decision counters
+	evicted      atomic.Bool            // ristretto dropped e: refund its tokens, refill it no more
+	stale        atomic.Bool            // Reset forgot the key: e takes no more tokens
+	blockedUntil atomic.Int64           // ns: Redis cannot grant n tokens before then
+	remote       atomic.Int64           // Redis's Remaining at the last claim
+	lastSize     atomic.Int64           // tokens granted by the last claim
+	pol          atomic.Pointer[policy] // the key's limit, as of its last claim (WithLimitFunc)
 
 	// Claims, refills and the janitor only.
 	holder     string                        // e's name in the bucket's ledger (WithLeaseLedger): unique in the fleet
