@@ -1,0 +1,116 @@
+package httplimit
+
+import (
+	"math/bits"
+	"strconv"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// validLimit reports whether l can be advertised: a limiter that does not
+// say which limit decided leaves Result.Limit zero.
+func validLimit(l tierlimit.Limit) bool { return l.Rate > 0 && l.Period > 0 }
+
+// appendQuotaName appends the name of the quota l of the limiter ru, as a
+// structured-field String: "name:rate/period", with " burst N" when the
+// burst is not the rate, e.g. "api:10/1s" or "api:10/1s burst 50". The
+// limit is in the name so that one name never stands for two quotas: a
+// limiter with several limits, or with a limit per key, reports one name
+// per limit, the same on every instance, with no configuration. Without
+// a valid limit the name is the policy's alone.
+func appendQuotaName(buf []byte, ru *rule, l tierlimit.Limit) []byte {
+	buf = append(buf, ru.prefix...)
+	if validLimit(l) {
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, l.Rate, 10)
+		buf = append(buf, '/')
+		buf = appendPeriod(buf, l.Period)
+		if c := l.Capacity(); c != l.Rate {
+			buf = append(buf, " burst "...)
+			buf = strconv.AppendInt(buf, c, 10)
+		}
+	}
+	return append(buf, '"')
+}
+
+// periodUnits are the units appendPeriod writes a period in, largest
+// first.
+var periodUnits = [...]struct {
+	d    time.Duration
+	name string
+}{
+	{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"},
+	{time.Millisecond, "ms"}, {time.Microsecond, "us"}, {time.Nanosecond, "ns"},
+}
+
+// appendPeriod appends d > 0 as a whole number of its largest unit that
+// divides it: "1s", "90s", "24h", "1500ms".
+func appendPeriod(buf []byte, d time.Duration) []byte {
+	for _, u := range periodUnits {
+		if d%u.d == 0 {
+			buf = strconv.AppendInt(buf, int64(d/u.d), 10)
+			return append(buf, u.name...)
+		}
+	}
+	return buf // unreachable: every Duration is a whole number of ns
+}
+
+// quota expresses l as q events per w whole seconds, as the w parameter
+// must be: a period of a whole number of seconds is kept, any other is
+// rounded up to one and q scaled down to it (never advertising more than
+// l allows). l must have Rate and Period > 0.
+func quota(l tierlimit.Limit) (q, w int64) {
+	if l.Period%time.Second == 0 {
+		return l.Rate, int64(l.Period / time.Second)
+	}
+	w = seconds(l.Period)
+	hi, lo := bits.Mul64(uint64(l.Rate), uint64(w)*uint64(time.Second))
+	if hi >= uint64(l.Period) { // beyond any valid Limit: the quotient would overflow
+		return maxSFInt, w
+	}
+	quo, _ := bits.Div64(hi, lo, uint64(l.Period))
+	return int64(min(quo, maxSFInt)), w
+}
+
+// effectiveWindow returns the t parameter of res, the effective window of
+// the draft's §4.1.2: the time within which the key can use no more than
+// its Remaining, that is until it has one unit more. It is not the time
+// until the key is full (ResetAfter), which would tell a client of a
+// drained 100/min bucket to wait a minute when it may send one request
+// every 0.6 s.
+//
+// A Result says when the key is full, not when its next unit comes, so
+// the time is derived from ResetAfter. A token bucket (local, hybrid,
+// remote's token bucket and GCRA) holds between Remaining and Remaining+1
+// tokens, so its ResetAfter lies between the refill times of the missing
+// tokens but one and of all of them, and the next token comes after
+// ResetAfter less the refill of the missing tokens but one: exact. A
+// Result outside those bounds comes from a window, whose units come back
+// at once when it moves on: the window is ResetAfter. A full key gets its
+// next unit one refill interval after it spends. When res is a denial, t
+// is at most RetryAfter, so that Retry-After never points before the end
+// of the window (draft §6).
+func effectiveWindow(res tierlimit.Result) time.Duration {
+	t, l := res.ResetAfter, res.Limit
+	if validLimit(l) {
+		missing := l.Capacity() - max(res.Remaining, 0)
+		if missing <= 0 {
+			t = l.RefillTime(1)
+		} else if but1 := l.RefillTime(missing - 1); but1 < t && t <= l.RefillTime(missing) {
+			t -= but1
+		}
+	}
+	if !res.Allowed {
+		t = min(t, res.RetryAfter)
+	}
+	return t
+}
+
+// seconds returns d in whole seconds, rounded up; 0 for d <= 0.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Second) + 1
+}
