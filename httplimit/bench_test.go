@@ -78,7 +78,21 @@ var overheadCases = []overheadCase{
 	{"peer=proxy-forwarded-ipv6", "[2001:db8:ffff::1]:50000",
 		[]string{"Forwarded", `for="[2001:db8:1:2:3:4:5:6]:4711", for="[2001:db8:ffff::2]"`}, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::",
 		[]Option{WithTrustedProxies("2001:db8:ffff::/48"), WithProxyHeader(HeaderForwarded)}},
+	// Requests and bytes in one Middleware, each with a partition key:
+	// two limiters, two RateLimit items, two HMACs. (The direct path asks
+	// the limiter once: the second call is part of the overhead.)
+	{"peer=ipv4-bytes-pk", "192.0.2.1:50000", nil, "192.0.2.1", "192.0.2.1", []Option{
+		WithPartitionKey("default", benchSecret),
+		WithLimiter("bytes", benchBytes, nil), WithPartitionKey("bytes", benchSecret),
+		WithLimiterCost("bytes", UnitContentBytes, func(r *http.Request) int64 { return max(r.ContentLength, 0) })}},
 }
+
+// benchBytes is the byte limiter of the peer=ipv4-bytes-pk case.
+var benchBytes = &constLimiter{tierlimit.Result{
+	Allowed: true, Limit: tierlimit.PerSecond(10_000_000), Remaining: 9_999_000, ResetAfter: 100 * time.Microsecond,
+}}
+
+var benchSecret = []byte("0123456789abcdef0123456789abcdef")
 
 // manyClients is the number of clients of the clients=many and
 // clients=zipf benchmarks: enough that their strings do not all stay in

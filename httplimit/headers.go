@@ -26,7 +26,7 @@ const maxSFInt = 999_999_999_999_999
 // one array: two allocations, whatever the number of fields.
 func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 	var (
-		stack [256]byte // enough for the fields of two limiters; more spill to the heap
+		stack [384]byte // enough for the fields of two limiters with partition keys; more spill to the heap
 		keys  [6]string
 		ends  [6]int
 		k     int

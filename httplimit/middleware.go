@@ -184,6 +184,7 @@ func applyPerLimiter(byName map[string]*rule, costs []limiterCost, pks []limiter
 		}
 		r.cost, r.unit = c.cost, c.unit
 	}
+	bySecret := map[string]*partitioner{} // one per secret: see serve
 	for _, p := range pks {
 		r := byName[p.name]
 		switch {
@@ -192,7 +193,10 @@ func applyPerLimiter(byName map[string]*rule, costs []limiterCost, pks []limiter
 		case r.pk != nil:
 			return invalid("two WithPartitionKey for policy %q", p.name)
 		}
-		r.pk = newPartitioner(p.secret)
+		if bySecret[string(p.secret)] == nil {
+			bySecret[string(p.secret)] = newPartitioner(p.secret)
+		}
+		r.pk = bySecret[string(p.secret)]
 	}
 	return nil
 }
@@ -234,6 +238,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	var buf [maxInline]outcome
 	outs := buf[:0]
 	denied, failed := false, false
+	var (
+		lastPK   *partitioner // the last partition key computed: of lastKey, in outs[lastPKAt]
+		lastKey  string
+		lastPKAt int
+	)
 	for _, ru := range m.rules {
 		key, ok := ip, ipOK
 		if ru.key != nil {
@@ -270,8 +279,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			failed = true
 			continue
 		}
-		if ru.pk != nil {
-			ru.pk.partitionKey(&outs[len(outs)-1].pk, key)
+		if o := &outs[len(outs)-1]; ru.pk != nil {
+			// Limiters of one key and one secret share a partition key:
+			// one HMAC, not one per limiter (BenchmarkOverhead's
+			// peer=ipv4-bytes-pk).
+			if ru.pk == lastPK && key == lastKey {
+				o.pk = outs[lastPKAt].pk
+			} else {
+				ru.pk.partitionKey(&o.pk, key)
+				lastPK, lastKey, lastPKAt = ru.pk, key, len(outs)-1
+			}
 		}
 	}
 	if failed && m.failed != nil && !m.shadow {

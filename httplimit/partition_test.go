@@ -87,3 +87,21 @@ func TestPartitionKeyConcurrent(t *testing.T) {
 		<-done
 	}
 }
+
+// TestPartitionKeyShared: limiters of one key and one secret show one pk
+// (computed once), limiters of different keys different ones.
+func TestPartitionKeyShared(t *testing.T) {
+	newLim := func() *fakeLimiter { return newFake(tierlimit.PerMinute(10), time.Second, time.Minute) }
+	m := mustNew(t, newLim(), WithName("a"),
+		WithLimiter("b", newLim(), KeyHeader("X-API-Key")),
+		WithLimiter("c", newLim(), nil),
+		WithPartitionKey("a", testSecret), WithPartitionKey("b", testSecret), WithPartitionKey("c", testSecret))
+	w := serve(m, request("192.0.2.1:1", "X-API-Key", "k1"))
+	pk := map[string]string{}
+	for _, it := range parseField(t, w.Header(), "RateLimit-Policy") {
+		pk[strings.SplitN(it.name, ":", 2)[0]] = string(it.params["pk"].([]byte))
+	}
+	if pk["a"] != pk["c"] || pk["a"] == pk["b"] || len(pk["a"]) != pkLen {
+		t.Errorf("pks a %x, b %x, c %x; want a == c (one key), b another, %d bytes", pk["a"], pk["b"], pk["c"], pkLen)
+	}
+}
