@@ -66,3 +66,18 @@ func checkUnit(unit string) error {
 	}
 	return nil
 }
+
+// applyCosts gives the limiters named by WithLimiterCost their cost.
+func applyCosts(byName map[string]*rule, costs []limiterCost) error {
+	for _, c := range costs {
+		r := byName[c.name]
+		switch {
+		case r == nil:
+			return invalid("WithLimiterCost for policy %q: no limiter has that name", c.name)
+		case r.cost != nil:
+			return invalid("two WithLimiterCost for policy %q", c.name)
+		}
+		r.cost, r.unit = c.cost, c.unit
+	}
+	return nil
+}

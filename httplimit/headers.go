@@ -141,7 +141,7 @@ func (o *outcome) worse(p *outcome) bool {
 func appendPolicy(buf []byte, o *outcome) []byte {
 	l := o.res.Limit
 	q, w := quota(l)
-	buf = appendQuotaName(buf, o.rule, l)
+	buf = o.rule.names.appendName(buf, o.rule, l)
 	buf = append(buf, ";q="...)
 	buf = appendSFInt(buf, q)
 	if u := o.rule.unit; u != UnitRequests {
@@ -157,7 +157,7 @@ func appendPolicy(buf []byte, o *outcome) []byte {
 // appendServiceLimit appends o's service limit item (draft §4.1):
 // "name:quota";r=R;t=T;pk=:key:, t only for a cost that can be admitted.
 func appendServiceLimit(buf []byte, o *outcome) []byte {
-	buf = appendQuotaName(buf, o.rule, o.res.Limit)
+	buf = o.rule.names.appendName(buf, o.rule, o.res.Limit)
 	buf = append(buf, ";r="...)
 	buf = appendSFInt(buf, o.res.Remaining)
 	if !o.never {

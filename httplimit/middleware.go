@@ -22,6 +22,7 @@ type rule struct {
 	cost   func(*http.Request) int64 // nil: the middleware's default cost
 	unit   string                    // the quota unit cost counts in
 	pk     *partitioner              // nil: no partition keys
+	names  quotaNames                // of its quotas, as the fields name them
 }
 
 // Middleware limits the requests of an http.Handler with one or more
@@ -162,43 +163,16 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		q := appendSFString(nil, r.name)
 		r.prefix = string(q[:len(q)-1])
 	}
-	if err := applyPerLimiter(byName, cfg.costs, cfg.pks); err != nil {
+	if err := applyCosts(byName, cfg.costs); err != nil {
+		return nil, err
+	}
+	if err := applyPartitionKeys(byName, cfg.pks); err != nil {
 		return nil, err
 	}
 	if m.denied == nil {
 		m.denied = http.HandlerFunc(tooMany)
 	}
 	return m, nil
-}
-
-// applyPerLimiter gives the limiters named in WithLimiterCost and
-// WithPartitionKey their settings.
-func applyPerLimiter(byName map[string]*rule, costs []limiterCost, pks []limiterPK) error {
-	for _, c := range costs {
-		r := byName[c.name]
-		switch {
-		case r == nil:
-			return invalid("WithLimiterCost for policy %q: no limiter has that name", c.name)
-		case r.cost != nil:
-			return invalid("two WithLimiterCost for policy %q", c.name)
-		}
-		r.cost, r.unit = c.cost, c.unit
-	}
-	bySecret := map[string]*partitioner{} // one per secret: see serve
-	for _, p := range pks {
-		r := byName[p.name]
-		switch {
-		case r == nil:
-			return invalid("WithPartitionKey for policy %q: no limiter has that name", p.name)
-		case r.pk != nil:
-			return invalid("two WithPartitionKey for policy %q", p.name)
-		}
-		if bySecret[string(p.secret)] == nil {
-			bySecret[string(p.secret)] = newPartitioner(p.secret)
-		}
-		r.pk = bySecret[string(p.secret)]
-	}
-	return nil
 }
 
 // Handler returns next limited by m. A nil next means

@@ -43,7 +43,28 @@ func WithPartitionKey(name string, secret []byte) Option {
 	})
 }
 
-// partitioner computes one limiter's partition keys. It is safe for
+// applyPartitionKeys gives the limiters named by WithPartitionKey their
+// partitioner: one per secret, so that serve computes the partition key
+// of one key once for all the limiters that share it.
+func applyPartitionKeys(byName map[string]*rule, pks []limiterPK) error {
+	bySecret := map[string]*partitioner{}
+	for _, p := range pks {
+		r := byName[p.name]
+		switch {
+		case r == nil:
+			return invalid("WithPartitionKey for policy %q: no limiter has that name", p.name)
+		case r.pk != nil:
+			return invalid("two WithPartitionKey for policy %q", p.name)
+		}
+		if bySecret[string(p.secret)] == nil {
+			bySecret[string(p.secret)] = newPartitioner(p.secret)
+		}
+		r.pk = bySecret[string(p.secret)]
+	}
+	return nil
+}
+
+// partitioner computes the partition keys of one secret. It is safe for
 // concurrent use.
 type partitioner struct {
 	pool sync.Pool // of *macState

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"math/bits"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -32,6 +33,50 @@ func appendQuotaName(buf []byte, ru *rule, l tierlimit.Limit) []byte {
 		}
 	}
 	return append(buf, '"')
+}
+
+// quotaNames caches the quota names of one limiter's limits, so that the
+// names of a request's policies are copied rather than formatted twice:
+// it exists for BenchmarkOverhead, where formatting them showed. It holds the first maxQuotaNames limits seen; the
+// names of later ones are formatted on every use, so that neither memory
+// nor allocations grow with the number of limits a LimitFunc hands out.
+// It is safe for concurrent use: a miss copies the list and swaps it in,
+// and a lost race only leaves a name to be cached on a later miss.
+type quotaNames struct {
+	list atomic.Pointer[[]quotaName]
+}
+
+// quotaName is one cached name.
+type quotaName struct {
+	limit  tierlimit.Limit
+	quoted string
+}
+
+// maxQuotaNames bounds a limiter's cached quota names: the plans of a
+// service, the limits of remote.WithLimits.
+const maxQuotaNames = 16
+
+// appendName appends the name of ru's quota l, as appendQuotaName does.
+func (ns *quotaNames) appendName(buf []byte, ru *rule, l tierlimit.Limit) []byte {
+	old := ns.list.Load()
+	if old != nil {
+		for i := range *old {
+			if (*old)[i].limit == l {
+				return append(buf, (*old)[i].quoted...)
+			}
+		}
+	}
+	start := len(buf)
+	buf = appendQuotaName(buf, ru, l)
+	if old == nil || len(*old) < maxQuotaNames {
+		var list []quotaName
+		if old != nil {
+			list = append(make([]quotaName, 0, len(*old)+1), *old...)
+		}
+		list = append(list, quotaName{limit: l, quoted: string(buf[start:])})
+		ns.list.CompareAndSwap(old, &list)
+	}
+	return buf
 }
 
 // periodUnits are the units appendPeriod writes a period in, largest
@@ -97,14 +142,23 @@ func effectiveWindow(res tierlimit.Result) time.Duration {
 		missing := l.Capacity() - max(res.Remaining, 0)
 		if missing <= 0 {
 			t = l.RefillTime(1)
-		} else if but1 := l.RefillTime(missing - 1); but1 < t && t <= l.RefillTime(missing) {
-			t -= but1
+		} else if t > 0 && refillsWithin(l, missing-1, t-1) && !refillsWithin(l, missing, t-1) {
+			t -= l.RefillTime(missing - 1)
 		}
 	}
 	if !res.Allowed {
 		t = min(t, res.RetryAfter)
 	}
 	return t
+}
+
+// refillsWithin reports whether l's bucket refills n tokens within d,
+// that is RefillTime(n) <= d: n·Period <= d·Rate, in 128 bits, without
+// RefillTime's division, which BenchmarkOverhead showed on every request.
+func refillsWithin(l tierlimit.Limit, n int64, d time.Duration) bool {
+	nh, nl := bits.Mul64(uint64(n), uint64(l.Period))
+	dh, dl := bits.Mul64(uint64(d), uint64(l.Rate))
+	return nh < dh || nh == dh && nl <= dl
 }
 
 // seconds returns d in whole seconds, rounded up; 0 for d <= 0.

@@ -2,7 +2,10 @@ package httplimit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,4 +211,61 @@ func (s *scriptLimiter) AllowN(_ context.Context, _ string, _ int64) (tierlimit.
 	res := s.results[s.i%len(s.results)]
 	s.i++
 	return res, nil
+}
+
+// TestQuotaNamesCache checks the cache of quota names: the names of
+// cached and uncached limits are those appendQuotaName formats, a
+// limiter that hands out many limits neither grows it past
+// maxQuotaNames nor allocates per request, and concurrent requests agree
+// (for the race detector).
+func TestQuotaNamesCache(t *testing.T) {
+	const limits = 3 * maxQuotaNames
+	lim := newFake(tierlimit.PerSecond(1), time.Second, time.Second)
+	lim.limitOf = func(key string) tierlimit.Limit {
+		n, _ := strconv.Atoi(strings.TrimPrefix(key, "k"))
+		return tierlimit.PerMinute(int64(100 + n))
+	}
+	m := mustNew(t, lim, WithName("api"), WithKey(KeyHeader("X-API-Key")))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range limits {
+				n := (i + g*7) % limits
+				w := serve(m, request("192.0.2.1:1", "X-API-Key", fmt.Sprintf("k%d", n)))
+				want := fmt.Sprintf("api:%d/1m", 100+n)
+				if it := parseField(t, w.Header(), "RateLimit")[0]; it.name != want {
+					t.Errorf("key k%d: RateLimit names %q, want %q", n, it.name, want)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := len(*m.rules[0].names.list.Load()); got != maxQuotaNames {
+		t.Errorf("%d names cached after %d limits, want %d", got, limits, maxQuotaNames)
+	}
+	if raceEnabled {
+		return
+	}
+	// Allocations per request, against the same requests to a limiter of
+	// one limit: the names of uncached limits cost none.
+	rs := make([]*http.Request, limits)
+	for i := range rs {
+		rs[i] = request("192.0.2.1:1", "X-API-Key", fmt.Sprintf("k%d", i))
+	}
+	perRequest := func(m *Middleware) float64 {
+		h, w := m.Handler(ok), &nopWriter{h: http.Header{}}
+		i := 0
+		return allocs(4*limits, func() {
+			clear(w.h)
+			h.ServeHTTP(w, rs[i%limits])
+			i++
+		})
+	}
+	one := newFake(tierlimit.PerSecond(1), time.Second, time.Second)
+	base := perRequest(mustNew(t, one, WithName("api"), WithKey(KeyHeader("X-API-Key"))))
+	if got := perRequest(m); got > base+0.01 {
+		t.Errorf("%.3f allocations per request over %d limits, want %.3f as with one limit", got, limits, base)
+	}
 }
