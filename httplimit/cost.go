@@ -34,8 +34,10 @@ type limiterCost struct {
 // and '-'); the RateLimit-Policy field advertises it as the policy's qu
 // parameter, unless it is UnitRequests, the default.
 //
-// cost is called once per request the limiter is asked about (not for a
-// request it exempts, see KeyFunc), on the request's goroutine. Its
+// cost is called once per request the limiter is charged for, on the
+// request's goroutine: not for a request its KeyFunc exempts, nor when
+// an earlier limiter denied the request (the limiter then peeks, at cost
+// 0; see Middleware). Its
 // answer is charged as WithCost's is: 0 charges nothing, and a cost the
 // limiter can never admit (negative, or above its burst) denies the
 // request without Retry-After. New returns an error if no limiter has the
