@@ -28,15 +28,17 @@ type rule struct {
 // Middleware limits the requests of an http.Handler with one or more
 // tierlimit.Limiters, and tells clients where they stand with the RateLimit
 // header fields. Build one with New; wrap handlers with Handler. A
-// Middleware is safe for concurrent use and is not changed after New.
+// Middleware is safe for concurrent use; after New, it changes nothing
+// but a cache of the names of its quotas.
 //
 // For each request it resolves the client IP and asks each limiter in
 // order, the one given to New first, with the request's context, at its
-// cost (WithLimiterCost, else WithCost, else 1). When a limiter denies, the request is denied, and the
-// limiters after it are asked with cost 0 (a peek that charges nothing) so
-// that their state still shows in the headers; the limiters before it,
-// which admitted the request, keep their charge, since a Limiter has no
-// refund. Put the limiter most likely to deny first.
+// cost (WithLimiterCost, else WithCost, else 1). When a limiter denies,
+// the request is denied, and the limiters after it are asked with cost 0
+// (a peek that charges nothing) so that their state still shows in the
+// headers; the limiters before it, which admitted the request, keep their
+// charge, since a Limiter has no refund. Put the limiter most likely to
+// deny first.
 //
 // # Client IP
 //
