@@ -95,8 +95,9 @@ type rule struct {
 // more than r, that is until it has one unit more, rounded up to whole
 // seconds (so that a client that paces itself by r and t is not refused);
 // it is exact for token buckets (local, hybrid, remote's token bucket and
-// GCRA) and, for windows, the time until the window moves on; see
-// effectiveWindow. It is never the time until the key is full, which
+// GCRA), the time until the window moves on for windows, and the limit's
+// refill interval when another of a key's several limits is the one that
+// fills last; see effectiveWindow. It is never the time until the key is full, which
 // would tell a drained 100/min client to wait a minute when it may send
 // a request every 0.6 s. A denied request also gets Retry-After, the
 // longest RetryAfter of the denying limiters rounded up to whole seconds,

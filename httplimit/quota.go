@@ -131,18 +131,23 @@ func quota(l tierlimit.Limit) (q, w int64) {
 // tokens, so its ResetAfter lies between the refill times of the missing
 // tokens but one and of all of them, and the next token comes after
 // ResetAfter less the refill of the missing tokens but one: exact. A
-// Result outside those bounds comes from a window, whose units come back
-// at once when it moves on: the window is ResetAfter. A full key gets its
-// next unit one refill interval after it spends. When res is a denial, t
-// is at most RetryAfter, so that Retry-After never points before the end
-// of the window (draft §6).
+// ResetAfter past those bounds but within the limit's Period comes from a
+// window, whose units come back at once when it moves on: the window is
+// ResetAfter. One past the Period is another limit's: with several limits
+// on one key (remote.WithLimits), Limit is the one with the fewest units
+// left and ResetAfter the time until all of them are full; Limit's next
+// unit then comes within one refill interval, which t is. A full key gets
+// its next unit one refill interval after it spends. When res is a
+// denial, t is at most RetryAfter, so that Retry-After never points
+// before the end of the window (draft §6).
 func effectiveWindow(res tierlimit.Result) time.Duration {
 	t, l := res.ResetAfter, res.Limit
 	if validLimit(l) {
 		missing := l.Capacity() - max(res.Remaining, 0)
-		if missing <= 0 {
+		switch {
+		case missing <= 0, t > l.Period:
 			t = l.RefillTime(1)
-		} else if t > 0 && refillsWithin(l, missing-1, t-1) && !refillsWithin(l, missing, t-1) {
+		case t > 0 && refillsWithin(l, missing-1, t-1) && !refillsWithin(l, missing, t-1):
 			t -= l.RefillTime(missing - 1)
 		}
 	}

@@ -40,6 +40,10 @@ func TestEffectiveWindow(t *testing.T) {
 		// Windows: everything comes back when the window moves on.
 		{"fixed window, 10 of 100 used", allow(perMin100, 90, 30*time.Second), 30 * time.Second},
 		{"fixed window, drained", allow(perMin100, 0, 30*time.Second), 30 * time.Second},
+		// Several limits (remote.WithLimits): ResetAfter is the slowest
+		// limit's, past the deciding one's Period.
+		{"2/s deciding, 5/min full in 12 s", allow(tierlimit.PerSecond(2), 1, 12*time.Second), 500 * time.Millisecond},
+		{"100/min deciding, 1000/day full in 2 h", allow(perMin100, 3, 2*time.Hour), 600 * time.Millisecond},
 		// Denials: never past RetryAfter.
 		{"denied bucket", deny(perMin100, 0, 600*time.Millisecond, time.Minute), 600 * time.Millisecond},
 		{"denied cost 5, 2 left", deny(perMin100, 2, 1800*time.Millisecond, 58800*time.Millisecond), 600 * time.Millisecond},
