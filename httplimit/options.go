@@ -11,7 +11,8 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultPolicy names the limiter given to New in the RateLimit fields.
+	// DefaultPolicy is the policy name of the limiter given to New, before
+	// the limit in the names of its quotas (see WithName).
 	DefaultPolicy = "default"
 	// DefaultIPv6Prefix is the prefix length an IPv6 client is keyed by:
 	// one customer usually holds a whole /64, and rotating addresses
