@@ -5,7 +5,8 @@
 // A [Middleware] keys each request by client IP (believing X-Forwarded-For
 // or Forwarded only from trusted proxies, and keying IPv6 clients by their
 // /64), by a header or by a [KeyFunc] of yours; it may ask several limiters
-// at once, per route and per user. A denied request gets 429 Too Many
+// at once, per route and per user, each at its own cost (requests, bytes:
+// [WithLimiterCost]). A denied request gets 429 Too Many
 // Requests with Retry-After, or is served anyway in shadow mode
 // ([WithShadow]), which decides and charges as enforcing would, for rolling
 // out a limit. A failing limiter lets requests through unless

@@ -58,11 +58,11 @@ func ExampleNew() {
 	h.ServeHTTP(r, httptest.NewRequest(http.MethodGet, "/", nil))
 	fmt.Println("RateLimit-Policy:", r.Header().Get("RateLimit-Policy"))
 	// Output:
-	// 200 RateLimit: "default";r=1;t=30
-	// 200 RateLimit: "default";r=0;t=60
-	// 429 RateLimit: "default";r=0;t=30 Retry-After: 30
-	// 200 RateLimit: "default";r=1;t=30
-	// RateLimit-Policy: "default";q=2;w=60
+	// 200 RateLimit: "default:2/1m";r=1;t=30
+	// 200 RateLimit: "default:2/1m";r=0;t=30
+	// 429 RateLimit: "default:2/1m";r=0;t=30 Retry-After: 30
+	// 200 RateLimit: "default:2/1m";r=1;t=30
+	// RateLimit-Policy: "default:2/1m";q=2;w=60
 }
 
 // Behind a load balancer at 10.0.0.0/8, limit by the client it names in
@@ -84,9 +84,9 @@ func ExampleWithTrustedProxies() {
 	get(h, "10.1.1.1:80", "X-Forwarded-For", "198.51.100.1, 203.0.113.5") // spoofed: still 203.0.113.5
 	get(h, "10.1.1.1:80", "X-Forwarded-For", "203.0.113.6")
 	// Output:
-	// 200 RateLimit: "default";r=0;t=60
-	// 429 RateLimit: "default";r=0;t=60 Retry-After: 60
-	// 200 RateLimit: "default";r=0;t=60
+	// 200 RateLimit: "default:1/1m";r=0;t=60
+	// 429 RateLimit: "default:1/1m";r=0;t=60 Retry-After: 60
+	// 200 RateLimit: "default:1/1m";r=0;t=60
 }
 
 // Limit a route per client IP and, for requests with an API key, per key
@@ -115,7 +115,7 @@ func ExampleWithLimiter() {
 		get(mux, "192.0.2.1:5000", "X-API-Key", "k1")
 	}
 	// Output:
-	// 200 RateLimit: "per-key";r=1;t=1800
-	// 200 RateLimit: "per-key";r=0;t=3600
-	// 429 RateLimit: "per-key";r=0;t=1800 Retry-After: 1800
+	// 200 RateLimit: "per-key:2/1h";r=1;t=1800
+	// 200 RateLimit: "per-key:2/1h";r=0;t=1800
+	// 429 RateLimit: "per-key:2/1h";r=0;t=1800 Retry-After: 1800
 }

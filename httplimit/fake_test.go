@@ -14,6 +14,7 @@ import (
 // middleware does with them. It is safe for concurrent use.
 type fakeLimiter struct {
 	limit        tierlimit.Limit
+	limitOf      tierlimit.LimitFunc // a key's own limit, as WithLimitFunc gives it; nil or zero: limit
 	retry, reset time.Duration
 	err          error // returned by every call when set
 
@@ -42,11 +43,17 @@ func (f *fakeLimiter) AllowN(_ context.Context, key string, n int64) (tierlimit.
 	if err := tierlimit.CheckKey(key); err != nil {
 		return tierlimit.Result{}, err
 	}
-	if err := f.limit.CheckCost(n); err != nil {
+	limit := f.limit
+	if f.limitOf != nil {
+		if l := f.limitOf(key); l != (tierlimit.Limit{}) {
+			limit = l
+		}
+	}
+	if err := limit.CheckCost(n); err != nil {
 		return tierlimit.Result{}, err
 	}
-	left := f.limit.Capacity() - f.used[key]
-	res := tierlimit.Result{Limit: f.limit, ResetAfter: f.reset, Source: tierlimit.SourceLocal}
+	left := limit.Capacity() - f.used[key]
+	res := tierlimit.Result{Limit: limit, ResetAfter: f.reset, Source: tierlimit.SourceLocal}
 	if n > left {
 		res.Remaining, res.RetryAfter = left, f.retry
 		return res, nil

@@ -1,12 +1,9 @@
 package httplimit
 
 import (
-	"math/bits"
+	"encoding/base64"
 	"net/http"
 	"strconv"
-	"time"
-
-	"github.com/tierlimit/tierlimit"
 )
 
 // Header keys in canonical form, written straight into the header map:
@@ -28,9 +25,8 @@ const maxSFInt = 999_999_999_999_999
 // buffer and become substrings of one string, and the header slices share
 // one array: two allocations, whatever the number of fields.
 func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
-	win := mostRestrictive(outs)
 	var (
-		stack [128]byte // enough for the fields of two limiters; more spill to the heap
+		stack [384]byte // enough for the fields of two limiters with partition keys; more spill to the heap
 		keys  [6]string
 		ends  [6]int
 		k     int
@@ -42,31 +38,33 @@ func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 	}
 
 	for i := range outs {
-		if lim := outs[i].res.Limit; lim.Rate > 0 && lim.Period > 0 {
+		if validLimit(outs[i].res.Limit) {
 			if len(buf) > 0 {
 				buf = append(buf, ", "...)
 			}
-			buf = appendPolicy(buf, outs[i].rule.quoted, lim)
+			buf = appendPolicy(buf, &outs[i])
 		}
 	}
 	if len(buf) > 0 {
 		mark(hPolicy)
 	}
 
-	res := win.res
-	buf = append(buf, win.rule.quoted...)
-	buf = append(buf, ";r="...)
-	buf = appendSFInt(buf, res.Remaining)
-	if !win.never {
-		t := res.ResetAfter
-		if !res.Allowed {
-			t = res.RetryAfter
+	// One item per quota unit: remaining requests and remaining bytes do
+	// not compare.
+	from := len(buf)
+	for i := range outs {
+		if unitSeen(outs[:i], outs[i].rule.unit) {
+			continue
 		}
-		buf = append(buf, ";t="...)
-		buf = appendSFInt(buf, seconds(t))
+		if len(buf) > from {
+			buf = append(buf, ", "...)
+		}
+		buf = appendServiceLimit(buf, mostRestrictive(outs[i:], outs[i].rule.unit))
 	}
 	mark(hRateLimit)
 
+	win := mostRestrictive(outs, "")
+	res := win.res
 	if refused && !win.never {
 		buf = strconv.AppendInt(buf, seconds(res.RetryAfter), 10)
 		mark(hRetryAfter)
@@ -84,22 +82,38 @@ func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 
 	s := string(buf)
 	vals := make([]string, k)
-	from := 0
+	start := 0
 	for i := range k {
-		vals[i] = s[from:ends[i]]
+		vals[i] = s[start:ends[i]]
 		h[keys[i]] = vals[i : i+1 : i+1]
-		from = ends[i]
+		start = ends[i]
 	}
 }
 
-// mostRestrictive returns the outcome the RateLimit field reports: a
-// denial over an admission; among denials, one that can never pass, else
-// the longest RetryAfter; among admissions, the fewest tokens left. Ties go
-// to the earlier limiter.
-func mostRestrictive(outs []outcome) *outcome {
-	w := &outs[0]
-	for i := 1; i < len(outs); i++ {
-		if o := &outs[i]; o.worse(w) {
+// unitSeen reports whether one of outs counts in unit.
+func unitSeen(outs []outcome, unit string) bool {
+	for i := range outs {
+		if outs[i].rule.unit == unit {
+			return true
+		}
+	}
+	return false
+}
+
+// mostRestrictive returns the outcome, among outs of unit (of any unit if
+// unit is ""), that restricts the client most: a denial over an
+// admission; among denials, one that can never pass, else the longest
+// RetryAfter; among admissions of one unit, the fewest units left. Ties,
+// and admissions of different units, go to the earlier limiter. At least
+// one of outs must count in unit.
+func mostRestrictive(outs []outcome, unit string) *outcome {
+	var w *outcome
+	for i := range outs {
+		o := &outs[i]
+		if unit != "" && o.rule.unit != unit {
+			continue
+		}
+		if w == nil || o.worse(w) {
 			w = o
 		}
 	}
@@ -114,47 +128,54 @@ func (o *outcome) worse(p *outcome) bool {
 	case o.denied() != p.denied():
 		return o.denied()
 	case !o.denied():
-		return o.res.Remaining < p.res.Remaining
+		return o.rule.unit == p.rule.unit && o.res.Remaining < p.res.Remaining
 	case o.never != p.never:
 		return o.never
 	}
 	return o.res.RetryAfter > p.res.RetryAfter
 }
 
-// appendPolicy appends a quota policy item: "name";q=Q;w=W, quoted being
-// "name" as a structured-field String.
-func appendPolicy(buf []byte, quoted string, l tierlimit.Limit) []byte {
+// appendPolicy appends o's quota policy item (draft §3.1):
+// "name:quota";q=Q;qu="unit";w=W;pk=:key:, qu only for a unit other than
+// requests, pk only with WithPartitionKey.
+func appendPolicy(buf []byte, o *outcome) []byte {
+	l := o.res.Limit
 	q, w := quota(l)
-	buf = append(buf, quoted...)
+	buf = o.rule.names.appendName(buf, o.rule, l)
 	buf = append(buf, ";q="...)
 	buf = appendSFInt(buf, q)
+	if u := o.rule.unit; u != UnitRequests {
+		buf = append(buf, `;qu="`...)
+		buf = append(buf, u...)
+		buf = append(buf, '"')
+	}
 	buf = append(buf, ";w="...)
-	return appendSFInt(buf, w)
+	buf = appendSFInt(buf, w)
+	return appendPK(buf, o)
 }
 
-// quota expresses l as q events per w whole seconds, as the w parameter
-// must be: a period of a whole number of seconds is kept, any other is
-// rounded up to one and q scaled down to it (never advertising more than
-// l allows). l must have Rate and Period > 0.
-func quota(l tierlimit.Limit) (q, w int64) {
-	if l.Period%time.Second == 0 {
-		return l.Rate, int64(l.Period / time.Second)
+// appendServiceLimit appends o's service limit item (draft §4.1):
+// "name:quota";r=R;t=T;pk=:key:, t only for a cost that can be admitted.
+func appendServiceLimit(buf []byte, o *outcome) []byte {
+	buf = o.rule.names.appendName(buf, o.rule, o.res.Limit)
+	buf = append(buf, ";r="...)
+	buf = appendSFInt(buf, o.res.Remaining)
+	if !o.never {
+		buf = append(buf, ";t="...)
+		buf = appendSFInt(buf, seconds(effectiveWindow(o.res)))
 	}
-	w = seconds(l.Period)
-	hi, lo := bits.Mul64(uint64(l.Rate), uint64(w)*uint64(time.Second))
-	if hi >= uint64(l.Period) { // beyond any valid Limit: the quotient would overflow
-		return maxSFInt, w
-	}
-	quo, _ := bits.Div64(hi, lo, uint64(l.Period))
-	return int64(min(quo, maxSFInt)), w
+	return appendPK(buf, o)
 }
 
-// seconds returns d in whole seconds, rounded up; 0 for d <= 0.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
+// appendPK appends o's pk parameter, a structured-field Byte Sequence, if
+// its limiter has partition keys.
+func appendPK(buf []byte, o *outcome) []byte {
+	if o.rule.pk == nil {
+		return buf
 	}
-	return int64((d-1)/time.Second) + 1
+	buf = append(buf, ";pk=:"...)
+	buf = base64.StdEncoding.AppendEncode(buf, o.pk[:])
+	return append(buf, ':')
 }
 
 // appendSFInt appends a structured-field Integer, clamped to its range

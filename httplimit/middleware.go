@@ -16,23 +16,29 @@ import (
 // rule is one limiter the middleware asks.
 type rule struct {
 	name   string
-	quoted string // name as a structured-field String
+	prefix string // name as a structured-field String without its closing quote
 	lim    tierlimit.Limiter
-	key    KeyFunc // nil: the client IP
+	key    KeyFunc                   // nil: the client IP
+	cost   func(*http.Request) int64 // nil: the middleware's default cost
+	unit   string                    // the quota unit cost counts in
+	pk     *partitioner              // nil: no partition keys
+	names  quotaNames                // of its quotas, as the fields name them
 }
 
 // Middleware limits the requests of an http.Handler with one or more
 // tierlimit.Limiters, and tells clients where they stand with the RateLimit
 // header fields. Build one with New; wrap handlers with Handler. A
-// Middleware is safe for concurrent use and is not changed after New.
+// Middleware is safe for concurrent use; after New, it changes nothing
+// but a cache of the names of its quotas.
 //
-// For each request it resolves the client IP, computes the cost (WithCost)
-// and asks each limiter in order, the one given to New first, with the
-// request's context. When a limiter denies, the request is denied, and the
-// limiters after it are asked with cost 0 (a peek that charges nothing) so
-// that their state still shows in the headers; the limiters before it,
-// which admitted the request, keep their charge, since a Limiter has no
-// refund. Put the limiter most likely to deny first.
+// For each request it resolves the client IP and asks each limiter in
+// order, the one given to New first, with the request's context, at its
+// cost (WithLimiterCost, else WithCost, else 1). When a limiter denies,
+// the request is denied, and the limiters after it are asked with cost 0
+// (a peek that charges nothing) so that their state still shows in the
+// headers; the limiters before it, which admitted the request, keep their
+// charge, since a Limiter has no refund. Put the limiter most likely to
+// deny first.
 //
 // # Client IP
 //
@@ -67,20 +73,39 @@ type rule struct {
 // The fields of draft-ietf-httpapi-ratelimit-headers-11 (May 2026), in
 // structured-field syntax (RFC 9651):
 //
-//	RateLimit-Policy: "default";q=100;w=60
-//	RateLimit: "default";r=42;t=30
+//	RateLimit-Policy: "api:100/1m";q=100;w=60, "bytes:1000000/1s";q=1000000;qu="content-bytes";w=1
+//	RateLimit: "api:100/1m";r=42;t=1, "bytes:1000000/1s";r=650000;t=1
 //
-// RateLimit-Policy lists a policy per limiter that decided the request,
-// from the Limit of its Result: q events per w seconds (a period that is not
-// a whole number of seconds is rounded up to one that is, and q scaled down
-// to it). RateLimit reports the most restrictive limiter only: the denying
-// one with the longest RetryAfter, or else the one with the fewest tokens
-// left. r is its Remaining; t is, for a denial, RetryAfter and, otherwise,
-// ResetAfter, in seconds rounded up. A denied request also gets Retry-After
-// with the same delay, rounded up to whole seconds. WithLegacyHeaders adds
-// the X-RateLimit-* headers. Headers a wrapped handler sets afterwards win;
-// nest two Middlewares and the inner one's headers replace the outer's, so
-// give one Middleware every limiter that should show.
+// RateLimit-Policy lists a quota policy per limiter that decided the
+// request, from the Limit of its Result, so that a key with a limit of
+// its own (a limiter's LimitFunc: the API key's plan) is told its own
+// quota: q units per w seconds (a period that is not a whole number of
+// seconds is rounded up to one that is, and q scaled down to it), qu the
+// unit when it is not requests (WithLimiterCost), pk the partition key
+// (WithPartitionKey). A policy is named after its limiter and its limit,
+// "name:rate/period" (with " burst N" when the burst is not the rate), so
+// that one name never stands for two quotas: a limiter with several
+// limits (remote.WithLimits) or with a limit per key has one name per
+// limit, the same on every instance.
+//
+// RateLimit reports, for each quota unit, the most restrictive limiter of
+// that unit: the denying one with the longest RetryAfter, or else the one
+// with the fewest units left. r is its Remaining. t is the effective
+// window of the draft's §4.1.2: the time within which the key can use no
+// more than r, that is until it has one unit more, rounded up to whole
+// seconds (so that a client that paces itself by r and t is not refused);
+// it is exact for token buckets (local, hybrid, remote's token bucket and
+// GCRA), the time until the window moves on for windows, and the limit's
+// refill interval when another of a key's several limits is the one that
+// fills last; see effectiveWindow. It is never the time until the key is full, which
+// would tell a drained 100/min client to wait a minute when it may send
+// a request every 0.6 s. A denied request also gets Retry-After, the
+// longest RetryAfter of the denying limiters rounded up to whole seconds,
+// never before the end of their t. WithLegacyHeaders adds the X-RateLimit-*
+// headers, for the most restrictive limiter (among admissions, of the
+// first limiter's unit). Headers a wrapped handler sets afterwards win;
+// nest two Middlewares and the inner one's headers replace the outer's,
+// so give one Middleware every limiter that should show.
 //
 // # Errors
 //
@@ -123,7 +148,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		}
 	}
 	m := &Middleware{
-		rules:   append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key}}, cfg.extra...),
+		rules:   append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key, unit: UnitRequests}}, cfg.extra...),
 		ip:      resolver{trusted: cfg.trusted, header: cfg.header, v6bits: cfg.v6bits},
 		cost:    cfg.cost,
 		shadow:  cfg.shadow,
@@ -132,13 +157,20 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		failed:  cfg.failed,
 		onError: cfg.onError,
 	}
-	seen := make(map[string]bool, len(m.rules))
+	byName := make(map[string]*rule, len(m.rules))
 	for _, r := range m.rules {
-		if seen[r.name] {
+		if byName[r.name] != nil {
 			return nil, invalid("two limiters named %q", r.name)
 		}
-		seen[r.name] = true
-		r.quoted = string(appendSFString(nil, r.name))
+		byName[r.name] = r
+		q := appendSFString(nil, r.name)
+		r.prefix = string(q[:len(q)-1])
+	}
+	if err := applyCosts(byName, cfg.costs); err != nil {
+		return nil, err
+	}
+	if err := applyPartitionKeys(byName, cfg.pks); err != nil {
+		return nil, err
 	}
 	if m.denied == nil {
 		m.denied = http.HandlerFunc(tooMany)
@@ -167,7 +199,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.m.serve(
 type outcome struct {
 	rule  *rule
 	res   tierlimit.Result
-	never bool // the cost can never be admitted
+	never bool        // the cost can never be admitted
+	pk    [pkLen]byte // the key's partition key, if rule.pk is set
 }
 
 // maxInline is the number of limiters whose outcomes live on the stack
@@ -176,14 +209,17 @@ type outcome struct {
 const maxInline = 2
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	n := int64(1)
-	if m.cost != nil {
-		n = m.cost(r)
-	}
+	var n int64 // the default cost, once haveN
+	haveN := false
 	ip, ipOK := m.ip.clientIP(r)
 	var buf [maxInline]outcome
 	outs := buf[:0]
 	denied, failed := false, false
+	var (
+		lastPK   *partitioner // the last partition key computed: of lastKey, in outs[lastPKAt]
+		lastKey  string
+		lastPKAt int
+	)
 	for _, ru := range m.rules {
 		key, ok := ip, ipOK
 		if ru.key != nil {
@@ -195,9 +231,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if len(key) > tierlimit.MaxKeyLen {
 			key = hashKey(key)
 		}
-		cost := n
-		if denied {
-			cost = 0
+		var cost int64
+		switch {
+		case denied: // peek
+		case ru.cost != nil:
+			cost = ru.cost(r)
+		default:
+			if !haveN {
+				n, haveN = m.defaultCost(r), true
+			}
+			cost = n
 		}
 		res, err := ru.lim.AllowN(r.Context(), key, cost)
 		switch {
@@ -211,6 +254,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		default:
 			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
 			failed = true
+			continue
+		}
+		if o := &outs[len(outs)-1]; ru.pk != nil {
+			// Limiters of one key and one secret share a partition key:
+			// one HMAC, not one per limiter (BenchmarkOverhead's
+			// peer=ipv4-bytes-pk).
+			if ru.pk == lastPK && key == lastKey {
+				o.pk = outs[lastPKAt].pk
+			} else {
+				ru.pk.partitionKey(&o.pk, key)
+				lastPK, lastKey, lastPKAt = ru.pk, key, len(outs)-1
+			}
 		}
 	}
 	if failed && m.failed != nil && !m.shadow {
@@ -225,6 +280,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// defaultCost returns the cost of r for the limiters without their own:
+// WithCost's, else 1. A negative cost is passed on as such, for the
+// limiter to refuse.
+func (m *Middleware) defaultCost(r *http.Request) int64 {
+	if m.cost == nil {
+		return 1
+	}
+	return m.cost(r)
 }
 
 func (m *Middleware) report(r *http.Request, err error) {

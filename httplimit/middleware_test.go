@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -37,11 +38,12 @@ func mustNew(t testing.TB, lim tierlimit.Limiter, opts ...Option) *Middleware {
 // structured-field parser reads it.
 type sfItem struct {
 	name   string
-	params map[string]int64
+	params map[string]any // int64, string or []byte
 }
 
 // parseField parses field name of h as a structured-field List (RFC 9651)
-// of String items with Integer parameters, as the draft requires.
+// of String items with the parameters the draft defines: Integers, but qu
+// a String and pk a Byte Sequence.
 func parseField(t *testing.T, h http.Header, name string) []sfItem {
 	t.Helper()
 	vals := h.Values(name)
@@ -62,14 +64,22 @@ func parseField(t *testing.T, h http.Header, name string) []sfItem {
 		if !isString {
 			t.Fatalf("%s: item value %#v is not a String", name, it.Value)
 		}
-		item := sfItem{name: s, params: map[string]int64{}}
+		item := sfItem{name: s, params: map[string]any{}}
 		for _, k := range it.Params.Names() {
 			v, _ := it.Params.Get(k)
-			n, isInt := v.(int64)
-			if !isInt {
-				t.Fatalf("%s: parameter %s=%#v is not an Integer", name, k, v)
+			var typeOK bool
+			switch k {
+			case "qu":
+				_, typeOK = v.(string)
+			case "pk":
+				_, typeOK = v.([]byte)
+			default:
+				_, typeOK = v.(int64)
 			}
-			item.params[k] = n
+			if !typeOK {
+				t.Fatalf("%s: parameter %s=%#v has the wrong type", name, k, v)
+			}
+			item.params[k] = v
 		}
 		items = append(items, item)
 	}
@@ -85,7 +95,14 @@ func (it sfItem) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%q", it.name)
 	for _, k := range keys {
-		fmt.Fprintf(&b, ";%s=%d", k, it.params[k])
+		switch v := it.params[k].(type) {
+		case string:
+			fmt.Fprintf(&b, ";%s=%q", k, v)
+		case []byte:
+			fmt.Fprintf(&b, ";%s=:%s:", k, base64.StdEncoding.EncodeToString(v))
+		default:
+			fmt.Fprintf(&b, ";%s=%d", k, v)
+		}
 	}
 	return b.String()
 }
@@ -118,12 +135,12 @@ func TestServerAllowThenDeny(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		checkField(t, resp.Header, "RateLimit-Policy", `"default";q=3;w=60`)
+		checkField(t, resp.Header, "RateLimit-Policy", `"default:3/1m";q=3;w=60`)
 		if i < 3 {
 			if resp.StatusCode != http.StatusOK || string(body) != "ok" {
 				t.Errorf("request %d: got %d %q, want 200 \"ok\"", i+1, resp.StatusCode, body)
 			}
-			checkField(t, resp.Header, "RateLimit", fmt.Sprintf(`"default";r=%d;t=20`, 2-i))
+			checkField(t, resp.Header, "RateLimit", fmt.Sprintf(`"default:3/1m";r=%d;t=20`, 2-i))
 			if ra := resp.Header.Get("Retry-After"); ra != "" {
 				t.Errorf("request %d: Retry-After = %q on an admitted request, want none", i+1, ra)
 			}
@@ -135,7 +152,7 @@ func TestServerAllowThenDeny(t *testing.T) {
 		if got := resp.Header.Get("Retry-After"); got != "2" {
 			t.Errorf("Retry-After = %q, want \"2\" (1.5 s rounded up)", got)
 		}
-		checkField(t, resp.Header, "RateLimit", `"default";r=0;t=2`)
+		checkField(t, resp.Header, "RateLimit", `"default:3/1m";r=0;t=2`)
 	}
 	if got := lim.charged("127.0.0.1"); got != 3 {
 		t.Errorf("charged %d to 127.0.0.1, want 3", got)
@@ -160,7 +177,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 		if got := w.Header().Get("Retry-After"); got != tc.want || w.Code != http.StatusTooManyRequests {
 			t.Errorf("RetryAfter %v: got %d, Retry-After %q; want 429, %q", tc.retry, w.Code, got, tc.want)
 		}
-		checkField(t, w.Header(), "RateLimit", `"default";r=0;t=`+tc.want)
+		checkField(t, w.Header(), "RateLimit", `"default:1/1h";r=0;t=`+tc.want)
 	}
 }
 
@@ -341,9 +358,12 @@ func TestShadow(t *testing.T) {
 		if w.Code != http.StatusOK {
 			t.Errorf("request %d: got %d, want 200 in shadow mode", i+1, w.Code)
 		}
-		want := fmt.Sprintf(`"default";r=%d;t=60`, max(1-i, 0))
+		// The fake's ResetAfter is fixed, not a bucket's: t is ResetAfter
+		// for the first, the next token for the second (see
+		// TestEffectiveWindow), RetryAfter for the denials.
+		want := []string{`"default:2/1m";r=1;t=60`, `"default:2/1m";r=0;t=30`}[min(i, 1)]
 		if i >= 2 {
-			want = `"default";r=0;t=5`
+			want = `"default:2/1m";r=0;t=5`
 		}
 		checkField(t, w.Header(), "RateLimit", want)
 		if ra := w.Header().Get("Retry-After"); ra != "" {
@@ -370,11 +390,11 @@ func TestSeveralLimiters(t *testing.T) {
 		userCharged   int64
 		lastUserCallN int64
 	}
-	both := `"route";q=2;w=60, "user";q=3;w=3600`
+	both := `"route:2/1m";q=2;w=60, "user:3/1h";q=3;w=3600`
 	steps := []want{
-		{200, `"route";r=1;t=30`, both, 1, 1, 1}, // route has 1 left, user 2: route is tighter
-		{200, `"route";r=0;t=30`, both, 2, 2, 1},
-		{429, `"route";r=0;t=10`, both, 2, 2, 0}, // route denies: user only peeked, not charged
+		{200, `"route:2/1m";r=1;t=30`, both, 1, 1, 1}, // route has 1 left, user 2: route is tighter
+		{200, `"route:2/1m";r=0;t=30`, both, 2, 2, 1},
+		{429, `"route:2/1m";r=0;t=10`, both, 2, 2, 0}, // route denies: user only peeked, not charged
 	}
 	for i, s := range steps {
 		w := serve(m, request(ip+":1", "X-API-Key", key))
@@ -398,7 +418,7 @@ func TestSeveralLimiters(t *testing.T) {
 	if len(user2.asked()) != 0 {
 		t.Errorf("user limiter asked %v for a request without X-API-Key, want no call", user2.asked())
 	}
-	checkField(t, w.Header(), "RateLimit-Policy", `"route";q=5;w=60`)
+	checkField(t, w.Header(), "RateLimit-Policy", `"route:5/1m";q=5;w=60`)
 
 	// A later limiter that denies: the earlier one keeps its charge, and
 	// the longest RetryAfter is reported.
@@ -409,12 +429,13 @@ func TestSeveralLimiters(t *testing.T) {
 	if w.Code != http.StatusTooManyRequests || a.charged(ip) != 1 || w.Header().Get("Retry-After") != "40" {
 		t.Errorf("got %d, a charged %d, Retry-After %q; want 429, 1, \"40\"", w.Code, a.charged(ip), w.Header().Get("Retry-After"))
 	}
-	checkField(t, w.Header(), "RateLimit", `"b";r=0;t=40`)
+	checkField(t, w.Header(), "RateLimit", `"b:1/1m";r=0;t=40`)
 }
 
 // TestMostRestrictive checks the ranking of outcomes directly.
 func TestMostRestrictive(t *testing.T) {
-	r := []rule{{name: "a"}, {name: "b"}, {name: "c"}}
+	r := []rule{{name: "a", unit: UnitRequests}, {name: "b", unit: UnitRequests}, {name: "c", unit: UnitRequests},
+		{name: "d", unit: UnitRequests}, {name: "e", unit: UnitContentBytes}}
 	allow := func(rem int64) tierlimit.Result { return tierlimit.Result{Allowed: true, Remaining: rem} }
 	deny := func(retry time.Duration) tierlimit.Result { return tierlimit.Result{RetryAfter: retry} }
 	for _, tc := range []struct {
@@ -426,8 +447,12 @@ func TestMostRestrictive(t *testing.T) {
 		{[]outcome{{rule: &r[0], res: allow(0)}, {rule: &r[1], res: deny(time.Second)}}, "b"},
 		{[]outcome{{rule: &r[0], res: deny(2 * time.Second)}, {rule: &r[1], res: deny(time.Second)}}, "a"},
 		{[]outcome{{rule: &r[0], res: deny(time.Hour)}, {rule: &r[1], never: true}}, "b"},
+		// Remaining requests and remaining bytes do not compare.
+		{[]outcome{{rule: &r[3], res: allow(5)}, {rule: &r[4], res: allow(3)}}, "d"},
+		{[]outcome{{rule: &r[3], res: allow(5)}, {rule: &r[4], res: allow(3)}, {rule: &r[0], res: allow(4)}}, "a"},
+		{[]outcome{{rule: &r[3], res: allow(5)}, {rule: &r[4], res: deny(time.Second)}}, "e"},
 	} {
-		if got := mostRestrictive(tc.outs).rule.name; got != tc.want {
+		if got := mostRestrictive(tc.outs, "").rule.name; got != tc.want {
 			t.Errorf("mostRestrictive(%+v) = %s, want %s", tc.outs, got, tc.want)
 		}
 	}
@@ -475,7 +500,7 @@ func TestLimiterErrors(t *testing.T) {
 		if w.Code != want {
 			t.Errorf("request %d with one failing limiter: got %d, want %d", i+1, w.Code, want)
 		}
-		checkField(t, w.Header(), "RateLimit-Policy", `"good";q=1;w=60`)
+		checkField(t, w.Header(), "RateLimit-Policy", `"good:1/1m";q=1;w=60`)
 	}
 }
 
@@ -581,8 +606,8 @@ func TestPolicyNames(t *testing.T) {
 		lim := newFake(tierlimit.PerSecond(5), time.Second, time.Second)
 		w := serve(mustNew(t, lim, WithName(name)), request("192.0.2.1:1"))
 		for _, field := range []string{"RateLimit", "RateLimit-Policy"} {
-			if items := parseField(t, w.Header(), field); len(items) != 1 || items[0].name != name {
-				t.Errorf("WithName(%q): %s parses to %v, want one item named %q", name, field, items, name)
+			if items := parseField(t, w.Header(), field); len(items) != 1 || items[0].name != name+":5/1s" {
+				t.Errorf("WithName(%q): %s parses to %v, want one item named %q", name, field, items, name+":5/1s")
 			}
 		}
 	}
@@ -627,6 +652,7 @@ func TestQuota(t *testing.T) {
 
 // TestBadOptions checks that New refuses bad options with typed errors.
 func TestBadOptions(t *testing.T) {
+	one := func(*http.Request) int64 { return 1 }
 	lim := newFake(tierlimit.PerSecond(1), time.Second, time.Second)
 	for _, tc := range []struct {
 		name string
@@ -650,11 +676,25 @@ func TestBadOptions(t *testing.T) {
 		{"nil cost", lim, []Option{WithCost(nil)}},
 		{"nil denied handler", lim, []Option{WithDeniedHandler(nil)}},
 		{"nil error func", lim, []Option{WithErrorFunc(nil)}},
+		{"limiter cost for no limiter", lim, []Option{WithLimiterCost("user", UnitRequests, one)}},
+		{"limiter cost for the old name", lim, []Option{WithLimiterCost("default", UnitRequests, one), WithName("ip")}},
+		{"two limiter costs for one", lim, []Option{WithLimiterCost("default", UnitRequests, one), WithLimiterCost("default", UnitContentBytes, one)}},
+		{"nil limiter cost", lim, []Option{WithLimiterCost("default", UnitRequests, nil)}},
+		{"empty unit", lim, []Option{WithLimiterCost("default", "", one)}},
+		{"upper-case unit", lim, []Option{WithLimiterCost("default", "Bytes", one)}},
+		{"unit with a quote", lim, []Option{WithLimiterCost("default", `a"b`, one)}},
+		{"long unit", lim, []Option{WithLimiterCost("default", strings.Repeat("u", 33), one)}},
+		{"partition key for no limiter", lim, []Option{WithPartitionKey("user", testSecret)}},
+		{"two partition keys for one", lim, []Option{WithPartitionKey("default", testSecret), WithPartitionKey("default", testSecret)}},
+		{"short partition secret", lim, []Option{WithPartitionKey("default", testSecret[:15])}},
 	} {
 		m, err := New(tc.lim, tc.opts...)
 		if m != nil || !errors.Is(err, tierlimit.ErrInvalidOption) {
 			t.Errorf("%s: New = %v, %v; want nil, an error wrapping ErrInvalidOption", tc.name, m, err)
 		}
+	}
+	if _, err := New(lim, WithName("ip"), WithLimiterCost("ip", "llm-tokens", one), WithPartitionKey("ip", testSecret[:16])); err != nil {
+		t.Errorf("New with a limiter cost and a partition key: %v", err)
 	}
 	if _, err := New(lim, WithTrustedProxies("10.0.0.0/8", "192.0.2.1", "2001:db8::/32", "::ffff:10.0.0.0/104"),
 		WithProxyHeader("x-forwarded-for"), WithIPv6Prefix(56)); err != nil {

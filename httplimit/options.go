@@ -11,7 +11,8 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultPolicy names the limiter given to New in the RateLimit fields.
+	// DefaultPolicy is the policy name of the limiter given to New, before
+	// the limit in the names of its quotas (see WithName).
 	DefaultPolicy = "default"
 	// DefaultIPv6Prefix is the prefix length an IPv6 client is keyed by:
 	// one customer usually holds a whole /64, and rotating addresses
@@ -68,6 +69,8 @@ type config struct {
 	header  string
 	v6bits  int
 	cost    func(*http.Request) int64
+	costs   []limiterCost
+	pks     []limiterPK
 	shadow  bool
 	legacy  bool
 	denied  http.Handler
@@ -93,9 +96,11 @@ func checkPolicy(name string) error {
 	return nil
 }
 
-// WithName sets the policy name of the limiter given to New, as it appears
-// in the RateLimit fields (default DefaultPolicy): 1 to 64 printable ASCII
-// characters, distinct from the names given to WithLimiter.
+// WithName sets the policy name of the limiter given to New (default
+// DefaultPolicy): 1 to 64 printable ASCII characters, distinct from the
+// names given to WithLimiter. Its quotas appear in the RateLimit fields
+// under this name followed by their limit, e.g. "api:10/1s" (see
+// Middleware).
 func WithName(name string) Option {
 	return optionFunc(func(c *config) error {
 		if err := checkPolicy(name); err != nil {
@@ -131,7 +136,7 @@ func WithLimiter(name string, limiter tierlimit.Limiter, key KeyFunc) Option {
 		if limiter == nil {
 			return invalid("nil limiter for policy %q", name)
 		}
-		c.extra = append(c.extra, &rule{name: name, lim: limiter, key: key})
+		c.extra = append(c.extra, &rule{name: name, lim: limiter, key: key, unit: UnitRequests})
 		return nil
 	})
 }
@@ -204,7 +209,9 @@ func WithIPv6Prefix(bits int) Option {
 	})
 }
 
-// WithCost sets the cost of a request, asked of every limiter (default 1).
+// WithCost sets the default cost of a request (default 1), asked of every
+// limiter without a cost of its own (WithLimiterCost), in requests. It is
+// called at most once per request, when the first such limiter is asked.
 // A cost of 0 charges nothing; a cost a limiter can never admit (negative,
 // or above its burst) is denied without Retry-After.
 func WithCost(cost func(*http.Request) int64) Option {
