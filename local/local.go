@@ -9,6 +9,12 @@
 // full bucket, so a key that keeps getting evicted may be admitted more than
 // its limit. Size MaxKeys above the number of keys active within one Period.
 //
+// One Limiter serves keys of many limits: WithLimitFunc gives each key its
+// own (a tenant's plan), and a key whose limit changes keeps its tokens.
+// AllowAll decides several keys at once, all or nothing (a user and their
+// org); WaitN waits its turn for a key; Settle corrects a charge after the
+// fact (an estimate, then the real cost).
+//
 // Decisions are per process: N processes each admit the whole limit. For a
 // limit shared by a fleet, use the remote or hybrid packages.
 package local
