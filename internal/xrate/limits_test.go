@@ -99,6 +99,24 @@ func (m *model) decide(now time.Time, n int64) tierlimit.Result {
 	return res
 }
 
+// settle gives back charged-used, capped at the capacity, or takes
+// used-charged, the level floored at zero.
+func (m *model) settle(now time.Time, charged, used int64) tierlimit.Result {
+	m.advance(now)
+	m.tokens.Add(m.tokens, big.NewInt(charged))
+	m.tokens.Sub(m.tokens, big.NewInt(used))
+	switch {
+	case m.full():
+		m.tokens.Set(m.cap)
+		m.rem.SetInt64(0)
+	case m.tokens.Sign() < 0:
+		m.tokens.SetInt64(0)
+		m.rem.SetInt64(0)
+	}
+	return tierlimit.Result{Allowed: true, Limit: m.limit, Remaining: m.tokens.Int64(),
+		ResetAfter: m.wait(now, m.cap.Int64()), Source: tierlimit.SourceLocal}
+}
+
 // level returns tokens + rem/unit.
 func (m *model) level() *big.Rat {
 	r := new(big.Rat).SetFrac(m.rem, m.unit)
@@ -122,15 +140,15 @@ func fold(v, m int64) int64 { return int64(uint64(v) % uint64(m)) }
 
 // FuzzSetLimit checks DecideLimit's change of limit (refill under the old
 // limit up to now, tokens kept and capped at the new capacity, the part of
-// a token carried into the new units) and the decisions after it against
-// the big.Int model, and that a change never adds to the level: it is
-// min(old level, new capacity), less under one new unit.
+// a token carried into the new units), the decision and the Settle after
+// it against the big.Int model, and that a change never adds to the
+// level: it is min(old level, new capacity), less under one new unit.
 func FuzzSetLimit(f *testing.F) {
-	f.Add(int64(100), int64(1_000_000), int64(0), int64(1000), int64(1_000_000), int64(0), int64(0), int64(0), int64(1), int64(1500))
-	f.Add(int64(4), int64(1_000_000), int64(0), int64(2), int64(1_000_000), int64(0), int64(0), int64(375_000_000), int64(2), int64(0))
-	f.Add(int64(1_000_003), int64(86_400_000_000), int64(0), int64(7), int64(3), int64(1), int64(5), int64(86_399_740), int64(1), int64(999))
-	f.Add(int64(tierlimit.MaxRate), int64(1), int64(0), int64(999_999_999_989), int64(1_125_899_906_842_623), int64(1e12), int64(tierlimit.MaxRate-3), int64(1_999), int64(tierlimit.MaxRate), int64(1e12))
-	f.Fuzz(func(t *testing.T, r1, p1, b1, r2, p2, b2, tokens, before, n, after int64) {
+	f.Add(int64(100), int64(1_000_000), int64(0), int64(1000), int64(1_000_000), int64(0), int64(0), int64(0), int64(1), int64(1500), int64(3), int64(1))
+	f.Add(int64(4), int64(1_000_000), int64(0), int64(2), int64(1_000_000), int64(0), int64(0), int64(375_000_000), int64(2), int64(0), int64(3), int64(1))
+	f.Add(int64(1_000_003), int64(86_400_000_000), int64(0), int64(7), int64(3), int64(1), int64(5), int64(86_399_740), int64(1), int64(999), int64(3), int64(1))
+	f.Add(int64(tierlimit.MaxRate), int64(1), int64(0), int64(999_999_999_989), int64(1_125_899_906_842_623), int64(1e12), int64(tierlimit.MaxRate-3), int64(1_999), int64(tierlimit.MaxRate), int64(1e12), int64(3), int64(1))
+	f.Fuzz(func(t *testing.T, r1, p1, b1, r2, p2, b2, tokens, before, n, after, charged, used int64) {
 		l1, ok1 := fuzzLimit(r1, p1, b1)
 		l2, ok2 := fuzzLimit(r2, p2, b2)
 		if !ok1 || !ok2 {
@@ -174,6 +192,14 @@ func FuzzSetLimit(f *testing.F) {
 		m.advance(t2)
 		if want := m.decide(t2, n); res != want {
 			t.Fatalf("DecideLimit(t1+%v, %d) = %+v, model %+v", time.Duration(after), n, res, want)
+		}
+		charged, used = fold(charged, l2.Capacity()+1), fold(used, l2.Capacity()+1)
+		res, err = b.Settle(t2, l2, charged, used)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := m.settle(t2, charged, used); res != want {
+			t.Fatalf("Settle(t1+%v, %d, %d) = %+v, model %+v", time.Duration(after), charged, used, res, want)
 		}
 	})
 }
