@@ -66,12 +66,12 @@ func start(ctx context.Context, ls *Lines, key string, try func() (tierlimit.Res
 	return ch
 }
 
-// TestFIFOAndOneTryPerTurn: 20 waiters on a key admitting one a second are
+// TestFIFOAndTriesPerTurn: 20 waiters on a key admitting one a second are
 // admitted in the order they came, a second apart; only the head tries
 // (one try in flight at a time), about one try per admission: the head's
 // first try after its turn comes is denied, the retry after RetryAfter is
 // admitted.
-func TestFIFOAndOneTryPerTurn(t *testing.T) {
+func TestFIFOAndTriesPerTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var ls Lines
 		p := &perSecond{}
