@@ -9,6 +9,12 @@
 // full bucket, so a key that keeps getting evicted may be admitted more than
 // its limit. Size MaxKeys above the number of keys active within one Period.
 //
+// One Limiter serves keys of many limits: WithLimitFunc gives each key its
+// own (a tenant's plan), and a key whose limit changes keeps its tokens.
+// AllowAll decides several keys at once, all or nothing (a user and their
+// org); WaitN waits its turn for a key; Settle corrects a charge after the
+// fact (an estimate, then the real cost).
+//
 // Decisions are per process: N processes each admit the whole limit. For a
 // limit shared by a fleet, use the remote or hybrid packages.
 package local
@@ -24,6 +30,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/gate"
+	"github.com/tierlimit/tierlimit/internal/wait"
 	"github.com/tierlimit/tierlimit/internal/xrate"
 )
 
@@ -45,8 +52,9 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	maxKeys int64
-	clock   Clock
+	maxKeys   int64
+	clock     Clock
+	limitFunc tierlimit.LimitFunc
 }
 
 // maxMaxKeys bounds WithMaxKeys: ristretto allocates its admission
@@ -81,32 +89,21 @@ func WithClock(clock Clock) Option {
 // and must not be copied. Close releases its cache; after it, every method
 // returns tierlimit.ErrClosed.
 type Limiter struct {
-	setting atomic.Pointer[setting]
-	clock   Clock
-	cache   *ristretto.Cache[string, *bucket]
-	gate    gate.Gate // the calls using cache, which Close waits for
+	def       atomic.Pointer[tierlimit.Limit] // the default limit; SetLimit replaces it
+	limitFunc tierlimit.LimitFunc             // nil: every key follows def
+	clock     Clock
+	cache     *ristretto.Cache[string, *xrate.Bucket]
+	gate      gate.Gate  // the calls using cache, which Close waits for
+	lines     wait.Lines // WaitN's waiters, which Close sends away
 
 	// stripes serialise the creation of a key's bucket, so that concurrent
 	// first calls share one bucket.
 	stripes [64]sync.Mutex
 }
 
-// setting is the limit every key follows. SetLimit replaces it whole; gen
-// tells buckets made under an older one.
-type setting struct {
-	limit tierlimit.Limit
-	gen   uint64
-}
-
-// bucket is one key's token bucket and the generation of the setting it
-// follows.
-type bucket struct {
-	lim *xrate.Bucket
-	gen atomic.Uint64
-}
-
-// New returns a Limiter enforcing limit for every key. It returns an error
-// wrapping tierlimit.ErrInvalidLimit or tierlimit.ErrInvalidOption.
+// New returns a Limiter enforcing limit for every key (the default limit,
+// with WithLimitFunc). It returns an error wrapping
+// tierlimit.ErrInvalidLimit or tierlimit.ErrInvalidOption.
 func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	if err := checkLimit(limit); err != nil {
 		return nil, err
@@ -120,7 +117,7 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	cache, err := ristretto.NewCache(&ristretto.Config[string, *bucket]{
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *xrate.Bucket]{
 		NumCounters:        cfg.maxKeys * 10,
 		MaxCost:            cfg.maxKeys,
 		BufferItems:        64,
@@ -129,8 +126,8 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: local: %v", tierlimit.ErrInvalidOption, err)
 	}
-	l := &Limiter{clock: cfg.clock, cache: cache}
-	l.setting.Store(newSetting(limit, 0))
+	l := &Limiter{limitFunc: cfg.limitFunc, clock: cfg.clock, cache: cache}
+	l.def.Store(&limit)
 	return l, nil
 }
 
@@ -141,16 +138,13 @@ func checkLimit(limit tierlimit.Limit) error {
 	return nil
 }
 
-func newSetting(limit tierlimit.Limit, gen uint64) *setting {
-	return &setting{limit: limit, gen: gen}
-}
+// Limit returns the default limit: that of every key, or with
+// WithLimitFunc, of the keys its function gives no limit of their own.
+func (l *Limiter) Limit() tierlimit.Limit { return *l.def.Load() }
 
-// Limit returns the limit every key is held to.
-func (l *Limiter) Limit() tierlimit.Limit { return l.setting.Load().limit }
-
-// SetLimit changes the limit of every key, those already held included:
-// each keeps the tokens it has (capped at the new burst) and refills at the
-// new rate from its next call on. It returns an error wrapping
+// SetLimit changes the default limit (Limit), for the keys already held
+// too: each keeps the tokens it has (capped at the new burst) and refills
+// at the new rate from its next call on. It returns an error wrapping
 // tierlimit.ErrInvalidLimit for a bad limit, and then changes nothing, and
 // tierlimit.ErrClosed after Close.
 func (l *Limiter) SetLimit(limit tierlimit.Limit) error {
@@ -160,15 +154,8 @@ func (l *Limiter) SetLimit(limit tierlimit.Limit) error {
 	if err := checkLimit(limit); err != nil {
 		return err
 	}
-	for {
-		old := l.setting.Load()
-		if old.limit == limit {
-			return nil
-		}
-		if l.setting.CompareAndSwap(old, newSetting(limit, old.gen+1)) {
-			return nil
-		}
-	}
+	l.def.Store(&limit)
+	return nil
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1).
@@ -178,8 +165,10 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 
 // AllowN reports whether n events may happen now for key, and takes them if
 // so. n == 0 peeks. ctx is accepted for the tierlimit.Limiter interface and
-// ignored: no call waits. Errors wrap tierlimit.ErrInvalidKey or
-// tierlimit.ErrInvalidCost; after Close it returns tierlimit.ErrClosed.
+// ignored: no call waits. Errors wrap tierlimit.ErrInvalidKey,
+// tierlimit.ErrInvalidCost (n outside [0, the key's burst]) or, for a bad
+// limit from WithLimitFunc's function, tierlimit.ErrInvalidLimit; after
+// Close it returns tierlimit.ErrClosed.
 func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return tierlimit.Result{}, err
@@ -189,20 +178,17 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 		return tierlimit.Result{}, tierlimit.ErrClosed
 	}
 	defer l.gate.Exit(h)
-	set := l.setting.Load()
-	if err := set.limit.CheckCost(n); err != nil {
+	limit := l.limitOf(key)
+	now := l.clock.Now()
+	b, err := l.bucket(key, h, limit, now)
+	if err != nil {
 		return tierlimit.Result{}, err
 	}
-	now := l.clock.Now()
-	b := l.bucket(key, h, set, now)
-	if b.gen.Load() != set.gen {
-		// A SetLimit since this bucket last decided: it follows the new
-		// limit from now on (a second SetLimit to the same limit, from a
-		// concurrent call, changes nothing).
-		b.lim.SetLimit(now, set.limit)
-		b.gen.Store(set.gen)
+	res, err := b.DecideLimit(now, limit, n)
+	if err != nil {
+		return tierlimit.Result{}, keyError(key, err)
 	}
-	return b.lim.Decide(now, n), nil
+	return res, nil
 }
 
 // Reset forgets key: its next call starts with a full bucket. It returns
@@ -221,31 +207,38 @@ func (l *Limiter) Reset(_ context.Context, key string) error {
 	return nil
 }
 
-// Close waits for the calls in flight, then releases the cache and its
-// goroutines. It is safe to call twice, and concurrently with any method.
+// Close sends WaitN's waiters away, waits for the calls in flight, then
+// releases the cache and its goroutines. It is safe to call twice, and
+// concurrently with any method.
 func (l *Limiter) Close() error {
+	l.lines.Close()
 	if l.gate.Close() {
 		l.cache.Close()
 	}
 	return nil
 }
 
-func (l *Limiter) bucket(key string, h uint64, set *setting, now time.Time) *bucket {
+// bucket returns key's bucket, made full under limit if key has none. It
+// returns an error wrapping tierlimit.ErrInvalidLimit when it would make
+// one of an invalid limit.
+func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now time.Time) (*xrate.Bucket, error) {
 	if b, ok := l.cache.Get(key); ok {
-		return b
+		return b, nil
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, keyError(key, err)
 	}
 	mu := &l.stripes[h%uint64(len(l.stripes))]
 	mu.Lock()
 	defer mu.Unlock()
 	if b, ok := l.cache.Get(key); ok {
-		return b
+		return b, nil
 	}
-	b := &bucket{lim: xrate.New(set.limit, now)}
-	b.gen.Store(set.gen)
+	b := xrate.New(limit, now)
 	// Set may be refused by the admission policy: the bucket then serves
 	// this call only, as if evicted at once.
 	if l.cache.Set(key, b, 1) {
 		l.cache.Wait()
 	}
-	return b
+	return b, nil
 }

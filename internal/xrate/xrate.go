@@ -85,7 +85,18 @@ func (b *Bucket) Limit() tierlimit.Limit {
 func (b *Bucket) SetLimit(now time.Time, limit tierlimit.Limit) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.follow(now, limit)
+}
+
+// follow refills b under its limit up to now, then makes it follow limit:
+// the tokens it holds are kept, capped at the new capacity, and the part
+// of the next token is carried into the new units, rounded down. b.mu
+// must be held.
+func (b *Bucket) follow(now time.Time, limit tierlimit.Limit) {
 	b.advance(now)
+	if limit == b.limit {
+		return
+	}
 	oldUnit := b.unit
 	b.setLimit(limit)
 	if b.tokens >= b.cap {
@@ -104,13 +115,25 @@ func (b *Bucket) Decide(now time.Time, n int64) tierlimit.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)
-	res := tierlimit.Result{Limit: b.limit, Source: tierlimit.SourceLocal}
-	res.Allowed = n == 0 || n > 0 && uint64(n) <= b.tokens
+	return b.decide(now, n)
+}
+
+// decide is Decide on a bucket advanced to now. b.mu must be held.
+func (b *Bucket) decide(now time.Time, n int64) tierlimit.Result {
+	res := tierlimit.Result{Allowed: b.has(n), Limit: b.limit, Source: tierlimit.SourceLocal}
 	if res.Allowed {
 		b.tokens -= uint64(n)
-	} else {
-		res.RetryAfter = b.wait(now, uint64(n))
+		return b.result(now, res)
 	}
+	res.RetryAfter = b.wait(now, uint64(n))
+	return b.result(now, res)
+}
+
+// has reports whether b holds n tokens (n == 0 always).
+func (b *Bucket) has(n int64) bool { return n == 0 || n > 0 && uint64(n) <= b.tokens }
+
+// result fills in res's Remaining and ResetAfter from b at now.
+func (b *Bucket) result(now time.Time, res tierlimit.Result) tierlimit.Result {
 	res.Remaining = int64(b.tokens)
 	res.ResetAfter = b.wait(now, b.cap)
 	return res

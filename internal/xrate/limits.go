@@ -1,0 +1,133 @@
+package xrate
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// DecideLimit is Decide for a bucket whose limit may change between calls
+// (a tenant's plan): when limit differs from the one b follows, b first
+// follows it (SetLimit at now). It returns an error wrapping
+// tierlimit.ErrInvalidLimit for an invalid new limit, and
+// tierlimit.ErrInvalidCost when n is outside [0, the limit's capacity];
+// b is then unchanged.
+func (b *Bucket) DecideLimit(now time.Time, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(limit, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	b.follow(now, limit)
+	return b.decide(now, n), nil
+}
+
+// check reports whether b may follow limit and take n under it. Validate
+// runs only for a limit b does not follow already: b's own is valid.
+// b.mu must be held.
+func (b *Bucket) check(limit tierlimit.Limit, n int64) error {
+	if limit != b.limit {
+		if err := limit.Validate(); err != nil {
+			return err
+		}
+	}
+	return limit.CheckCost(n)
+}
+
+// Settle corrects a charge made earlier: the caller took charged tokens
+// and really used used. charged > used gives the difference back (b is
+// capped at its capacity); used > charged takes the difference more, down
+// to empty at the most (the events happened: it is never refused). b
+// follows limit first, as in DecideLimit. It returns the Result after the
+// correction, Allowed, or an error wrapping tierlimit.ErrInvalidLimit, or
+// tierlimit.ErrInvalidCost when charged or used is outside [0, the
+// limit's capacity]; b is then unchanged.
+func (b *Bucket) Settle(now time.Time, limit tierlimit.Limit, charged, used int64) (tierlimit.Result, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(limit, charged); err != nil {
+		return tierlimit.Result{}, err
+	}
+	if err := limit.CheckCost(used); err != nil {
+		return tierlimit.Result{}, err
+	}
+	b.follow(now, limit)
+	switch back := charged - used; {
+	case back >= 0 && uint64(back) >= b.cap-b.tokens:
+		b.tokens, b.rem = b.cap, 0
+	case back >= 0:
+		b.tokens += uint64(back)
+	case uint64(-back) > b.tokens:
+		// Below empty: the level floors at zero, the part of the next token
+		// included.
+		b.tokens, b.rem = 0, 0
+	default:
+		b.tokens -= uint64(-back)
+	}
+	return b.result(now, tierlimit.Result{Allowed: true, Limit: b.limit, Source: tierlimit.SourceLocal}), nil
+}
+
+// Take is one bucket's part of DecideAll: N tokens from Bucket, which
+// follows Limit from then on.
+type Take struct {
+	Bucket *Bucket
+	Limit  tierlimit.Limit
+	N      int64
+}
+
+// DecideAll takes every take's N tokens at now, or none: only if every
+// bucket holds its take. Each bucket first follows its take's Limit, as in
+// DecideLimit. The Result is the most restrictive take's: on a denial,
+// that of the largest RetryAfter; on an admission, that of the smallest
+// Remaining (the first of equals).
+//
+// The buckets must be distinct. DecideAll locks them in the order of
+// takes: callers whose takes may share buckets must order them alike (by
+// key, say), or two calls could each hold a bucket the other waits for.
+// It returns an error wrapping tierlimit.ErrInvalidLimit or
+// tierlimit.ErrInvalidCost, as DecideLimit does, before it changes any
+// bucket.
+func DecideAll(now time.Time, takes []Take) (tierlimit.Result, error) {
+	if len(takes) == 0 {
+		return tierlimit.Result{}, fmt.Errorf("%w: xrate: no takes", tierlimit.ErrInvalidCost)
+	}
+	for _, t := range takes {
+		if err := t.Limit.Validate(); err != nil {
+			return tierlimit.Result{}, err
+		}
+		if err := t.Limit.CheckCost(t.N); err != nil {
+			return tierlimit.Result{}, err
+		}
+	}
+	for _, t := range takes {
+		t.Bucket.mu.Lock()
+	}
+	defer func() {
+		for _, t := range takes {
+			t.Bucket.mu.Unlock()
+		}
+	}()
+	worst, allowed := 0, true
+	for i, t := range takes {
+		t.Bucket.follow(now, t.Limit)
+		if !t.Bucket.has(t.N) {
+			if allowed || t.Bucket.wait(now, uint64(t.N)) > takes[worst].Bucket.wait(now, uint64(takes[worst].N)) {
+				worst = i
+			}
+			allowed = false
+		}
+	}
+	if !allowed {
+		w := takes[worst]
+		return w.Bucket.decide(now, w.N), nil
+	}
+	for i, t := range takes {
+		t.Bucket.tokens -= uint64(t.N)
+		if t.Bucket.tokens < takes[worst].Bucket.tokens {
+			worst = i
+		}
+	}
+	w := takes[worst].Bucket
+	return w.result(now, tierlimit.Result{Allowed: true, Limit: w.limit, Source: tierlimit.SourceLocal}), nil
+}

@@ -1,0 +1,91 @@
+package local_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/local"
+)
+
+// Keys on the pro plan get 100 a second, the others the default 10.
+func ExampleWithLimitFunc() {
+	plan := func(key string) tierlimit.Limit {
+		if strings.HasPrefix(key, "pro:") {
+			return tierlimit.PerSecond(100)
+		}
+		return tierlimit.Limit{} // the default
+	}
+	l, _ := local.New(tierlimit.PerSecond(10), local.WithLimitFunc(plan))
+	defer l.Close()
+	ctx := context.Background()
+	for _, key := range []string{"pro:acme", "free:bob"} {
+		r, _ := l.AllowN(ctx, key, 1)
+		fmt.Println(key, r.Limit, r.Remaining)
+	}
+	// Output:
+	// pro:acme 100/1s 99
+	// free:bob 10/1s 9
+}
+
+// A user's request counts against the user (1000 an hour) and their org
+// (20 an hour) together: when the org is spent, the user is not charged.
+func ExampleLimiter_AllowAll() {
+	limits := func(key string) tierlimit.Limit {
+		if strings.HasPrefix(key, "org:") {
+			return tierlimit.PerHour(20)
+		}
+		return tierlimit.PerHour(1000)
+	}
+	l, _ := local.New(tierlimit.PerHour(1000), local.WithLimitFunc(limits))
+	defer l.Close()
+	ctx := context.Background()
+	admitted := 0
+	for range 100 {
+		r, _ := l.AllowAll(ctx, tierlimit.Take{Key: "user:ann", N: 1}, tierlimit.Take{Key: "org:acme", N: 1})
+		if r.Allowed {
+			admitted++
+		}
+	}
+	r, _ := l.AllowN(ctx, "user:ann", 0)
+	fmt.Println(admitted, "admitted; ann has", r.Remaining, "left")
+	// Output: 20 admitted; ann has 980 left
+}
+
+// WaitN blocks until the key admits, or says at once that the deadline
+// cannot be met.
+func ExampleLimiter_WaitN() {
+	l, _ := local.New(tierlimit.PerSecond(10))
+	defer l.Close()
+	ctx := context.Background()
+	l.AllowN(ctx, "k", 10) // drained: the next token is 100 ms away
+
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	_, err := l.WaitN(short, "k", 1)
+	fmt.Println(errors.Is(err, tierlimit.ErrWaitDeadline))
+
+	r, err := l.WaitN(ctx, "k", 1)
+	fmt.Println(r.Allowed, err)
+	// Output:
+	// true
+	// true <nil>
+}
+
+// An LLM call is charged its estimate of 4000 tokens up front, then
+// settled with the 1234 it really used: the difference goes back.
+func ExampleLimiter_Settle() {
+	l, _ := local.New(tierlimit.PerHour(10_000))
+	defer l.Close()
+	ctx := context.Background()
+	r, _ := l.AllowN(ctx, "team-7", 4000)
+	fmt.Println("after the estimate:", r.Remaining)
+	r, _ = l.Settle(ctx, "team-7", 4000, 1234)
+	fmt.Println("after settling:", r.Remaining)
+	// Output:
+	// after the estimate: 6000
+	// after settling: 8766
+}

@@ -1,0 +1,157 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/xrate"
+)
+
+// WithLimitFunc gives each key its own limit: f(key), or the Limit passed
+// to New (the default, which SetLimit changes) when f returns the zero
+// Limit. f is called on every decision: see tierlimit.LimitFunc. When its
+// answer for a key changes, the key keeps its state: the tokens it holds,
+// capped at the new burst, and the part of the next one, refilled under
+// the old limit up to the change and under the new one after it. A call
+// for a key whose f gives an invalid limit returns an error wrapping
+// tierlimit.ErrInvalidLimit and changes nothing.
+func WithLimitFunc(f tierlimit.LimitFunc) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: local: nil limit func", tierlimit.ErrInvalidOption)
+		}
+		c.limitFunc = f
+		return nil
+	})
+}
+
+// limitOf returns key's limit: the LimitFunc's answer, or the default.
+// The answer is not validated here: a bucket checks a limit when it
+// changes to it.
+func (l *Limiter) limitOf(key string) tierlimit.Limit {
+	if l.limitFunc != nil {
+		if limit := l.limitFunc(key); limit != (tierlimit.Limit{}) {
+			return limit
+		}
+	}
+	return *l.def.Load()
+}
+
+// keyError adds the package and key to an error about key's limit or cost.
+func keyError(key string, err error) error {
+	return fmt.Errorf("local: key %q: %w", key, err)
+}
+
+// AllowAll decides takes together, each key at its own limit: it takes
+// every take's N only if every key holds it, and charges no key otherwise.
+// Takes of one key are added up (tierlimit.MergeTakes). The Result is the
+// most restrictive take's: on a denial, that of the largest RetryAfter
+// (after it, the same call can succeed); on an admission, that of the
+// smallest Remaining. ctx is accepted and ignored: no call waits.
+//
+// Errors wrap tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost (no takes,
+// more than tierlimit.MaxTakes keys, or a key's N outside [0, its burst])
+// or tierlimit.ErrInvalidLimit (a bad limit from WithLimitFunc's
+// function), and no key is charged; after Close AllowAll returns
+// tierlimit.ErrClosed.
+func (l *Limiter) AllowAll(_ context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
+	merged, err := tierlimit.MergeTakes(takes)
+	if err != nil {
+		return tierlimit.Result{}, fmt.Errorf("local: %w", err)
+	}
+	// Buckets are locked in key order, so that AllowAlls sharing keys
+	// cannot each hold one the other waits for.
+	slices.SortFunc(merged, func(a, b tierlimit.Take) int { return strings.Compare(a.Key, b.Key) })
+	h := xxhash.Sum64String(merged[0].Key)
+	if !l.gate.Enter(h) {
+		return tierlimit.Result{}, tierlimit.ErrClosed
+	}
+	defer l.gate.Exit(h)
+	xt := make([]xrate.Take, len(merged))
+	for i, t := range merged {
+		xt[i] = xrate.Take{Limit: l.limitOf(t.Key), N: t.N}
+		if err := xt[i].Limit.Validate(); err != nil {
+			return tierlimit.Result{}, keyError(t.Key, err)
+		}
+		if err := xt[i].Limit.CheckCost(t.N); err != nil {
+			return tierlimit.Result{}, keyError(t.Key, err)
+		}
+	}
+	now := l.clock.Now()
+	for i, t := range merged {
+		b, err := l.bucket(t.Key, xxhash.Sum64String(t.Key), xt[i].Limit, now)
+		if err != nil {
+			return tierlimit.Result{}, err
+		}
+		xt[i].Bucket = b
+	}
+	res, err := xrate.DecideAll(now, xt)
+	if err != nil {
+		return tierlimit.Result{}, fmt.Errorf("local: %w", err)
+	}
+	return res, nil
+}
+
+// WaitN blocks until n events may happen for key, takes them, and returns
+// the admitting Result. Waiters on one key are served in the order they
+// came, and only the first asks the bucket, once per RetryAfter. WaitN
+// waits on the real clock (time.Now and timers), whatever WithClock says.
+//
+// It returns at once an error wrapping tierlimit.ErrWaitDeadline when the
+// wait would pass ctx's deadline (with the denying Result when key's own
+// RetryAfter says so), and ctx's error when ctx ends first. Bad input is
+// refused before any wait, as AllowN refuses it; after Close (waiters
+// included) it returns tierlimit.ErrClosed.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return tierlimit.Result{}, err
+	}
+	if l.gate.Closed() {
+		return tierlimit.Result{}, tierlimit.ErrClosed
+	}
+	limit := l.limitOf(key)
+	if err := limit.Validate(); err != nil {
+		return tierlimit.Result{}, keyError(key, err)
+	}
+	if err := limit.CheckCost(n); err != nil {
+		return tierlimit.Result{}, keyError(key, err)
+	}
+	return l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
+}
+
+// Settle corrects an earlier charge of key: charged events were taken and
+// used really happened. charged > used gives the difference back (capped
+// at the key's burst); used > charged takes the difference more, down to
+// an empty bucket at the most (the events happened: Settle never refuses).
+// It returns the key's Result after the correction, Allowed. ctx is
+// accepted and ignored.
+//
+// Errors wrap tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost (charged
+// or used outside [0, the key's burst]) or tierlimit.ErrInvalidLimit (a bad
+// limit from WithLimitFunc's function), and change nothing; after Close it
+// returns tierlimit.ErrClosed.
+func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (tierlimit.Result, error) {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return tierlimit.Result{}, err
+	}
+	h := xxhash.Sum64String(key)
+	if !l.gate.Enter(h) {
+		return tierlimit.Result{}, tierlimit.ErrClosed
+	}
+	defer l.gate.Exit(h)
+	limit := l.limitOf(key)
+	now := l.clock.Now()
+	b, err := l.bucket(key, h, limit, now)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
+	res, err := b.Settle(now, limit, charged, used)
+	if err != nil {
+		return tierlimit.Result{}, keyError(key, err)
+	}
+	return res, nil
+}
