@@ -5,9 +5,12 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/xrate"
 )
 
 // AllowAll decides several takes at once, all or nothing: it admits only if
@@ -168,38 +171,32 @@ func (l *Limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 		return l.record(pols[0].denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
 	}
 	now := l.cfg.clock.Now()
-	// fallAll serializes its decisions: it peeks at every bucket, then
-	// takes from each, which no other AllowAll interleaves.
-	l.fbAll.Lock()
-	defer l.fbAll.Unlock()
+	// The buckets are locked in key order, so that AllowAlls sharing keys
+	// cannot each hold one the other waits for.
+	order := make([]int, len(takes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(takes[a].Key, takes[b].Key) })
 	entries := make([]*entry, len(takes))
-	res := tierlimit.Result{Allowed: true, Remaining: -1, Source: tierlimit.SourceFallback}
-	for i, t := range takes {
-		e := l.entry(t.Key, pols[i])
-		entries[i] = e
-		r := l.fallbackOf(e, now).lim.Decide(now, 0)
-		if r.Remaining < t.N {
-			r = l.fallbackOf(e, now).lim.Decide(now, t.N) // the denial, with its RetryAfter
-		}
-		if !r.Allowed && (res.Allowed || r.RetryAfter > res.RetryAfter) {
-			res.Allowed, res.RetryAfter, res.Limit = false, r.RetryAfter, pols[i].limit
-		}
-		if res.Remaining < 0 || r.Remaining < res.Remaining {
-			res.Remaining, res.ResetAfter = r.Remaining, r.ResetAfter
-			if res.Allowed {
-				res.Limit = pols[i].limit
+	fbs := make([]xrate.Take, len(takes))
+	for k, i := range order {
+		e := l.entry(takes[i].Key, pols[i])
+		entries[k] = e
+		fb := l.fallbackOf(e, now).lim
+		fbs[k] = xrate.Take{Bucket: fb, Limit: fb.Limit(), N: takes[i].N}
+	}
+	res, err := xrate.DecideAll(now, fbs)
+	if err != nil {
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
+	}
+	res.Source = tierlimit.SourceFallback
+	if res.Allowed {
+		for k, e := range entries {
+			e.owed.Add(fbs[k].N)
+			if e.evicted.Load() {
+				l.keys.keep(e) // after the Add: see table.forget
 			}
-		}
-	}
-	if !res.Allowed {
-		return l.record(res, 0), nil
-	}
-	for i, t := range takes {
-		e := entries[i]
-		l.fallbackOf(e, now).lim.Decide(now, t.N)
-		e.owed.Add(t.N)
-		if e.evicted.Load() {
-			l.keys.keep(e) // after the Add: see table.forget
 		}
 	}
 	return l.record(res, 0), nil

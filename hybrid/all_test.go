@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tierlimit/tierlimit"
 )
@@ -104,5 +105,43 @@ func TestAllowAllBadInput(t *testing.T) {
 	l.Close()
 	if _, err := l.AllowAll(e.ctx, tierlimit.Take{Key: "a", N: 1}); !errors.Is(err, tierlimit.ErrClosed) {
 		t.Errorf("AllowAll after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestAllowAllFallback decides AllowAll while Redis is gone: the keys'
+// fallback buckets decide all or nothing, and what they admit is owed to
+// Redis.
+func TestAllowAllFallback(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(10), WithFallback(tierlimit.PerSecond(3)))
+	e.m.Close()
+	for l.Stats().BreakerOpens == 0 {
+		if _, err := l.Allow(e.ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Neither key was claimed: their fallbacks start empty, and 2 s later
+	// hold their burst of 3.
+	l.Allow(e.ctx, "b")
+	e.clock.Add(2 * time.Second)
+	if r, _ := l.AllowN(e.ctx, "b", 3); !r.Allowed {
+		t.Fatalf("AllowN(b, 3) from the fallback = %+v, want allowed", r)
+	}
+	r, err := l.AllowAll(e.ctx, tierlimit.Take{Key: "b", N: 1}, tierlimit.Take{Key: "a", N: 2})
+	if err != nil || r.Allowed || r.Source != tierlimit.SourceFallback {
+		t.Fatalf("AllowAll(b 1, a 2) with b's fallback empty = %+v, %v; want a fallback denial", r, err)
+	}
+	if r, _ := l.AllowN(e.ctx, "a", 3); !r.Allowed {
+		t.Errorf("AllowN(a, 3) after the refused AllowAll = %+v, want allowed: the refusal took nothing", r)
+	}
+	e.clock.Add(2 * time.Second)
+	r, err = l.AllowAll(e.ctx, tierlimit.Take{Key: "b", N: 1}, tierlimit.Take{Key: "a", N: 2})
+	if err != nil || !r.Allowed {
+		t.Fatalf("AllowAll(b 1, a 2) with both full = %+v, %v; want allowed", r, err)
+	}
+	ea, _ := l.lookup("a")
+	eb, _ := l.lookup("b")
+	if got, want := ea.owed.Load()+eb.owed.Load(), int64(3+3+1+2); got != want {
+		t.Errorf("owed %d after the fallback admitted 9 tokens, want %d", got, want)
 	}
 }

@@ -34,7 +34,6 @@ type Limiter struct {
 	inline   bool         // claims run on the caller's goroutine: rdb honours deadlines
 	flights  singleflight.Group
 	waits    wait.Lines // WaitN's callers, in line per key
-	fbAll    sync.Mutex // orders AllowAll's fallback decisions (fallAll)
 	refills  chan *entry
 	stats    counters
 
@@ -320,6 +319,7 @@ func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		// Callers and claims in flight end first, so that the refunds
 		// below include the tokens they claimed.
+		l.waits.Close() // waiters leave with ErrClosed
 		l.keys.shut()
 		close(l.done)
 		l.wg.Wait()
