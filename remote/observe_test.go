@@ -64,7 +64,7 @@ func TestObserverDecisions(t *testing.T) {
 				if err != nil {
 					t.Fatalf("AllowN #%d: %v", i+1, err)
 				}
-				want = append(want, tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n})
+				want = append(want, tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n, Limit: res.Limit})
 			}
 			if _, err := lim.AllowN(ctx, "", 1); !errors.Is(err, tierlimit.ErrInvalidKey) {
 				t.Fatalf("AllowN with an empty key = %v, want ErrInvalidKey", err)

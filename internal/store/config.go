@@ -26,6 +26,11 @@ type Config struct {
 	Clock    tierlimit.Clock   // nil: the server's TIME
 	Observer *tierlimit.Observer
 
+	// LimitFunc, if not nil, gives each key its own limit in place of
+	// New's, per decision (AllowN, AllowAll, Settle); its zero Limit means
+	// New's. The extras apply to every key.
+	LimitFunc tierlimit.LimitFunc
+
 	// Hold, if not zero, gives a TokenBucket a ledger of the tokens leased
 	// to holders (Claim.Holder), kept Hold after a holder's last grant:
 	// the bucket refills only up to its capacity minus what they hold, so
