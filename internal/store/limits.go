@@ -114,3 +114,10 @@ func (c *planCache) put(lim tierlimit.Limit, p *plan) {
 	}
 	c.m[lim] = p
 }
+
+// Check returns the error AllowN(key, n) would return for bad input: a bad
+// key, a bad limit from Config.LimitFunc, or a cost outside [0, capacity].
+func (l *Limiter) Check(key string, n int64) error {
+	_, err := l.prepare(key, n)
+	return err
+}
