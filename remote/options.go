@@ -83,10 +83,12 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	})
 }
 
-// WithObserver reports to o each decision of Allow and AllowN (Source
-// remote), each round trip to Redis, by Op ("allow" for Allow and AllowN,
-// "reset" for Reset), and each change in the server's eviction settings
-// (see tierlimit.Observer). Without an observer nothing is measured.
+// WithObserver reports to o each decision of Allow, AllowN and AllowAll
+// (Source remote), each round trip to Redis, by Op ("allow" for Allow,
+// AllowN and each call of AllowAll, "settle" for Settle and AllowAll's
+// give-backs, "reset" for Reset), and each change in the server's eviction
+// settings (see tierlimit.Observer). Without an observer nothing is
+// measured.
 func WithObserver(o *tierlimit.Observer) Option {
 	return optionFunc(func(c *store.Config) error {
 		if o == nil {

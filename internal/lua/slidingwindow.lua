@@ -54,7 +54,7 @@ for i = 1, n do
     local vw, vc, vp, old = string.match(v, '^(%d+):(%d+):(%d+):(.+)$')
     if old == lim[i] then
       c, pc = roll(tonumber(vw), tonumber(vc), tonumber(vp), w[i])
-    else
+    elseif old then
       local op = tonumber(string.match(old, '^(%d+)'))
       c, pc = roll(tonumber(vw), tonumber(vc), tonumber(vp), idiv(now, op))
       c, pc = math.min(c, rate[i]), math.min(pc, rate[i])
