@@ -38,12 +38,12 @@ func TestAllowAllAllOrNothing(t *testing.T) {
 				rem     int64    // when allowed: the smallest Remaining of the keys taken
 				left    [3]int64 // u1, u2, org after
 			}{
-				{[]tierlimit.Take{{"u1", 2}, {"org", 1}}, true, 2, [3]int64{3, 5, 2}},
-				{[]tierlimit.Take{{"u1", 1}, {"u2", 1}, {"org", 1}, {"u1", 1}}, true, 1, [3]int64{1, 4, 1}},
-				{[]tierlimit.Take{{"u2", 4}, {"org", 2}}, false, 0, [3]int64{1, 4, 1}}, // the org refuses
-				{[]tierlimit.Take{{"u1", 2}, {"org", 1}}, false, 0, [3]int64{1, 4, 1}}, // u1 refuses
-				{[]tierlimit.Take{{"u2", 4}, {"org", 1}}, true, 0, [3]int64{1, 0, 0}},
-				{[]tierlimit.Take{{"u1", 0}, {"org", 0}}, true, 0, [3]int64{1, 0, 0}}, // a peek
+				{[]tierlimit.Take{{Key: "u1", N: 2}, {Key: "org", N: 1}}, true, 2, [3]int64{3, 5, 2}},
+				{[]tierlimit.Take{{Key: "u1", N: 1}, {Key: "u2", N: 1}, {Key: "org", N: 1}, {Key: "u1", N: 1}}, true, 1, [3]int64{1, 4, 1}},
+				{[]tierlimit.Take{{Key: "u2", N: 4}, {Key: "org", N: 2}}, false, 0, [3]int64{1, 4, 1}}, // the org refuses
+				{[]tierlimit.Take{{Key: "u1", N: 2}, {Key: "org", N: 1}}, false, 0, [3]int64{1, 4, 1}}, // u1 refuses
+				{[]tierlimit.Take{{Key: "u2", N: 4}, {Key: "org", N: 1}}, true, 0, [3]int64{1, 0, 0}},
+				{[]tierlimit.Take{{Key: "u1", N: 0}, {Key: "org", N: 0}}, true, 0, [3]int64{1, 0, 0}}, // a peek
 			}
 			for i, s := range steps {
 				r, err := l.AllowAll(ctx, s.takes...)

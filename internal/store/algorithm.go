@@ -143,3 +143,8 @@ func windowBurst(l tierlimit.Limit) error {
 	}
 	return nil
 }
+
+// Spec returns limit as the algorithm's scripts receive it and its states
+// record it (docs/operations.md, "Key format"): what a state ends with
+// when it was written under limit. The sliding log's state records none.
+func (a *Algorithm) Spec(limit tierlimit.Limit) string { return a.spec(limit) }
