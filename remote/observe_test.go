@@ -148,3 +148,27 @@ func TestObserverErrors(t *testing.T) {
 		t.Errorf("WithObserver(nil): err = %v, want ErrInvalidOption", err)
 	}
 }
+
+// TestObserverTenantCalls checks AllowAll (one "allow" call and one
+// decision on a single Redis) and Settle (one "settle" call, no decision).
+func TestObserverTenantCalls(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	b := miniBackend(t)
+	tb, err := NewTokenBucket(b.rdb, tierlimit.PerHour(10), WithObserver(rec.observer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.AllowAll(ctx, tierlimit.Take{Key: "a", N: 2}, tierlimit.Take{Key: "b", N: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Settle(ctx, "a", 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if ops, want := rec.ops(), []string{"allow", "settle"}; !slices.Equal(ops, want) {
+		t.Errorf("calls reported %q, want %q", ops, want)
+	}
+	if len(rec.decisions) != 1 || rec.decisions[0].N != 5 || !rec.decisions[0].Allowed {
+		t.Errorf("decisions reported %+v, want one of N 5, allowed", rec.decisions)
+	}
+}
