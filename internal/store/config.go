@@ -35,7 +35,11 @@ type Config struct {
 	// to holders (Claim.Holder), kept Hold after a holder's last grant:
 	// the bucket refills only up to its capacity minus what they hold, so
 	// holders spending leased tokens admit what one bucket would. Between
-	// 1 ms and two hours; one limit only.
+	// 1 ms and two hours; one limit only. Claims and refunds under a
+	// Claim.Limit or Refund.Limit other than the default are supported:
+	// a bucket written under another limit is refilled under it (to its
+	// capacity less what the ledger holds) and keeps its tokens, capped at
+	// the new capacity. AllowAll and Settle are not (tierlimit.ErrInvalidOption).
 	Hold time.Duration
 }
 
