@@ -16,8 +16,9 @@
 --
 -- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
 --
--- A request of cost n is allowed by entry i when max(TAT, now) + n·T - now
--- <= tau. n·T, and remaining = floor((now + tau - TAT) / T), go through
+-- A request of cost n > 0 is allowed by entry i when max(TAT, now) + n·T -
+-- now <= tau (a cost of 0 peeks: allowed, even when a clock behind the
+-- last write's sees TAT past now + tau). n·T, and remaining = floor((now + tau - TAT) / T), go through
 -- muldiv (lib.lua): exact where n × unit passes 2^53. retry_us is the
 -- first µs at which the request fits; reset_us the µs until TAT.
 -- Settling moves TAT by n·T, forward at most to now + tau (empty), back at
@@ -94,7 +95,7 @@ for i = 1, n do
     -- The TAT after this request: TAT + n·T.
     nt[i], nf[i] = later(v, f, cost[i], unit[i], per[i])
     local d = nt[i] - now
-    if d > ti[i] or d == ti[i] and nf[i] > tf[i] then allowed = 0 end
+    if cost[i] > 0 and (d > ti[i] or d == ti[i] and nf[i] > tf[i]) then allowed = 0 end
   end
 end
 
@@ -106,7 +107,7 @@ for i = 1, n do
   if allowed == 1 then
     if nt[i] ~= v or nf[i] ~= f then dirty[i] = true end
     v, f = nt[i], nf[i]
-  elseif d > ti[i] or d == ti[i] and nf[i] > tf[i] then
+  elseif cost[i] > 0 and (d > ti[i] or d == ti[i] and nf[i] > tf[i]) then
     retry = d - ti[i]
     if nf[i] > tf[i] then retry = retry + 1 end
   end

@@ -34,7 +34,8 @@
 -- so a changed limit judges the same log by the new period and rate (a
 -- lower rate may find sum above it: denied until enough entries leave).
 -- Memory is one entry per admitted request: O(rate) per key.
--- Invariants: sum = Σ cost of the set's entries <= rate; first:fcost is the
+-- Invariants: sum = Σ cost of the set's entries, <= rate unless the rate
+-- was lowered (a cost of 0 peeks, allowed whatever sum); first:fcost is the
 -- set's first entry or unknown (0:0); a denied call only drops expired
 -- entries; last + period <= zexp, and both keys live until zexp, the
 -- state string a few ms longer (a state without its set would count
@@ -94,14 +95,20 @@ local function drop(zs, s, f, fc, p)
   return s, nil, nil, true
 end
 
--- add adds an entry of cost to zs, the log of a state s, q, f, fc, u,
--- and returns the state after it: s, q, last, f, fc, u.
-local function add(zs, cost, s, q, f, fc, u)
+-- add adds an entry of cost to zs, the log of a state s, q, l, f, fc, u,
+-- and returns the state after it: s, q, last, f, fc, u. A clock behind
+-- the log's entries (client clocks disagree) keeps last the newest and
+-- first the oldest, or unknown.
+local function add(zs, cost, s, q, l, f, fc, u)
   q = q + 1
   redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', q, cost))
-  if s == 0 then f, fc, u = now, cost, 1 end
+  if s == 0 then
+    f, fc, u = now, cost, 1
+  elseif f and now < f then
+    f, fc = nil, nil -- a clock behind the oldest entry: this one is older
+  end
   if cost ~= 1 then u = 0 end
-  return s + cost, q, now, f, fc, u
+  return s + cost, q, math.max(l, now), f, fc, u
 end
 
 -- takeback removes back (<= s) of cost from the newest entries of zs, the
@@ -182,7 +189,7 @@ for i = 1, n do
   elseif s == 0 then
     first[i], fcost[i], unit[i] = 0, 0, 1
   end
-  if not settle and sum[i] + cost[i] > rate[i] then allowed = 0 end
+  if not settle and cost[i] > 0 and sum[i] + cost[i] > rate[i] then allowed = 0 end
 end
 
 local reply = {allowed, 0}
@@ -199,13 +206,13 @@ for i = 1, n do
     add_cost = cost[i]
   end
   if add_cost > 0 then
-    sum[i], seq[i], last[i], first[i], fcost[i], unit[i] = add(zs, add_cost, sum[i], seq[i], first[i], fcost[i], unit[i])
+    sum[i], seq[i], last[i], first[i], fcost[i], unit[i] = add(zs, add_cost, sum[i], seq[i], last[i], first[i], fcost[i], unit[i])
     dirty[i] = true
   end
   if dirty[i] then
     store(zs, KEYS[2 * i], p[i], sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i])
   end
-  if allowed == 0 and sum[i] + cost[i] > rate[i] then
+  if allowed == 0 and cost[i] > 0 and sum[i] + cost[i] > rate[i] then
     local need = sum[i] + cost[i] - rate[i]
     if first[i] and fcost[i] >= need then
       retry = first[i] + p[i] - now -- usually the oldest entry's leaving makes room

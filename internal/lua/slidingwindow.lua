@@ -27,6 +27,9 @@
 -- period, carry over (each capped at rate) as the current and previous
 -- windows of the new period; the call writes it.
 --
+-- A cost of 0 peeks: allowed even when a lowered rate leaves the estimate
+-- above it.
+--
 -- Invariants: c <= rate; a denied call charges nothing; keys expire when
 -- both windows they hold have passed.
 local now = now_us()
@@ -65,7 +68,7 @@ for i = 1, n do
   local m = idiv(p[i], q[i])
   local k = cdiv(p[i] - (now - w[i] * p[i]), q[i])
   est[i] = math.min(pc, cdiv(pc * k, m)) + c
-  if not settle and est[i] + cost[i] > rate[i] then allowed = 0 end
+  if not settle and cost[i] > 0 and est[i] + cost[i] > rate[i] then allowed = 0 end
 end
 
 -- fits returns the µs, from now, at which a window starting at wstart whose
@@ -92,7 +95,7 @@ for i = 1, n do
     c, pc = c - fromc, math.max(0, pc - (back - fromc))
   elseif allowed == 1 then
     c = c + cost[i]
-  elseif est[i] + cost[i] > rate[i] then
+  elseif cost[i] > 0 and est[i] + cost[i] > rate[i] then
     retry = fits(i, pc, rate[i] - cost[i] - c, w[i] * p[i])
     if retry == nil then
       retry = fits(i, c, rate[i] - cost[i], (w[i] + 1) * p[i]) or ((w[i] + 2) * p[i] - now)
