@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -63,6 +64,30 @@ func TestLeasePerKeyLimit(t *testing.T) {
 				t.Errorf("Lease under a bad limit = nil error, want ErrInvalidLimit")
 			}
 		})
+	}
+}
+
+// TestLeaseBatchPerKeyLimit claims for keys of different limits in one
+// batch: each is granted up to its own limit's capacity.
+func TestLeaseBatchPerKeyLimit(t *testing.T) {
+	b := miniBackend(t)
+	b.set(t0)
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := tb.LeaseBatch(context.Background(), []string{"free", "pro"}, []Claim{
+		{Min: 1, Want: 10}, {Min: 1, Want: 50, Limit: tierlimit.PerSecond(100)},
+	})
+	for i, want := range []int64{10, 50} {
+		if grants[i].Err != nil || grants[i].Granted != want {
+			t.Errorf("grant %d = %+v, want %d granted", i, grants[i], want)
+		}
+	}
+	// A Want above the claim's own limit's capacity fails the batch.
+	bad := tb.LeaseBatch(context.Background(), []string{"free"}, []Claim{{Min: 1, Want: 50}})
+	if !errors.Is(bad[0].Err, tierlimit.ErrInvalidCost) {
+		t.Errorf("LeaseBatch of 50 under a capacity of 10 = %v, want ErrInvalidCost", bad[0].Err)
 	}
 }
 
