@@ -13,7 +13,23 @@
 // '{' and '}' included. Several limits (say 1 per 5 s and 5 per hour) can be
 // enforced together with [WithLimits]: all or nothing, still one round trip.
 //
+// Every limiter does, besides Allow, AllowN and Reset:
+//   - per-key limits with [WithLimitFunc]: one limiter serves tenants of
+//     any number of plans; a key whose limit changes keeps its state (a
+//     bucket its tokens, up to the new Burst; a window its count);
+//   - AllowAll: several keys at once, all-or-nothing (a user and its
+//     organization), one round trip when the keys share a Cluster slot and
+//     always on a single Redis; a refused call charges no key;
+//   - WaitN: block until admitted, failing at once with
+//     tierlimit.ErrWaitDeadline when the wait would pass the context's
+//     deadline; waiters on a key queue in the process, and only the first
+//     asks Redis;
+//   - Settle: correct a charge after the fact (an estimate settled to the
+//     real cost), capped at full and never below empty, in one round trip.
+//
 // The limiters are safe for concurrent use. Their errors are bad input
-// (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost), a cancelled context,
-// or the Redis error, wrapped; a denial is a Result, not an error.
+// (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost, and
+// tierlimit.ErrInvalidLimit for a bad WithLimitFunc answer),
+// tierlimit.ErrWaitDeadline, a cancelled context, or the Redis error,
+// wrapped; a denial is a Result, not an error.
 package remote

@@ -12,7 +12,8 @@ import (
 
 // FuzzAllowN drives every algorithm with arbitrary limits, costs, keys and
 // time steps on miniredis: no panic, bad input gives a typed error, and a
-// decision's Remaining stays within [0, capacity].
+// decision's Remaining stays within [0, capacity]; so does a Settle of the
+// cost to half of it, and an AllowAll of the key with another.
 func FuzzAllowN(f *testing.F) {
 	f.Add(uint8(0), int64(10), int64(1_000_000), int64(0), "k", int64(1), int64(0), int64(3))
 	f.Add(uint8(1), int64(3), int64(1_000_000), int64(5), "a{b}", int64(5), int64(333_333), int64(2))
@@ -58,6 +59,22 @@ func FuzzAllowN(f *testing.F) {
 				t.Fatalf("%s %v: negative durations %+v", a.name, limit, r)
 			case r.Allowed != (r.RetryAfter == 0):
 				t.Fatalf("%s %v: Allowed %v with RetryAfter %v", a.name, limit, r.Allowed, r.RetryAfter)
+			}
+			if r.Allowed && i%2 == 1 {
+				s, err := d.(tenant).Settle(context.Background(), key, n, n/2)
+				if err != nil || !s.Allowed || s.Remaining < r.Remaining || s.Remaining > capacity {
+					t.Fatalf("%s %v: Settle(%q, %d, %d) after %+v = %+v, %v; want allowed, Remaining in [%d, %d]",
+						a.name, limit, key, n, n/2, r, s, err, r.Remaining, capacity)
+				}
+			}
+			if i%3 == 2 {
+				r, err := d.(tenant).AllowAll(context.Background(), tierlimit.Take{Key: key, N: n}, tierlimit.Take{Key: "other", N: 1})
+				if err != nil && !errors.Is(err, tierlimit.ErrInvalidCost) {
+					t.Fatalf("%s %v: AllowAll(%q %d, other 1) = %v, want nil or ErrInvalidCost", a.name, limit, key, n, err)
+				}
+				if err == nil && (r.Remaining < 0 || r.Remaining > capacity || r.Allowed != (r.RetryAfter == 0)) {
+					t.Fatalf("%s %v: AllowAll(%q %d, other 1) = %+v", a.name, limit, key, n, r)
+				}
 			}
 			if stepMicros > 0 {
 				now = now.Add(time.Duration(stepMicros%(1<<40)) * time.Microsecond)

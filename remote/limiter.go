@@ -7,11 +7,16 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
+	"github.com/tierlimit/tierlimit/internal/wait"
 )
 
 // limiter is what every limiter of the package is: the engine that runs
-// its script (internal/store), behind the methods users call.
-type limiter struct{ s *store.Limiter }
+// its script (internal/store), behind the methods users call, and the
+// lines of WaitN's waiters.
+type limiter struct {
+	s     *store.Limiter
+	lines wait.Lines
+}
 
 func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit.Limit, opts []Option) (*limiter, error) {
 	var cfg store.Config
@@ -27,7 +32,7 @@ func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit
 	if err != nil {
 		return nil, err
 	}
-	return &limiter{s}, nil
+	return &limiter{s: s}, nil
 }
 
 // AllowN reports whether n events may happen now for key, and charges them
@@ -40,6 +45,54 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Re
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
 	return l.s.AllowN(ctx, key, 1)
+}
+
+// AllowAll decides several keys at once, all-or-nothing: each take's Key is
+// charged its N under each of the key's limits (WithLimitFunc's or the
+// constructor's, and every WithLimits) only if every one admits it. A
+// refused call charges no key. The Result is the most restrictive take's:
+// on admission the smallest Remaining, on denial the largest RetryAfter
+// (of the slot that refused, in a Cluster). Duplicate keys add up
+// (tierlimit.MergeTakes); a take above its key's capacity is
+// tierlimit.ErrInvalidCost, a bad key tierlimit.ErrInvalidKey, a bad
+// WithLimitFunc answer tierlimit.ErrInvalidLimit, all before any call.
+//
+// Keys that share a Redis Cluster slot, and all keys on a single Redis,
+// are decided in one script call, atomically. With keys in several slots,
+// AllowAll decides one slot after another, in slot order, and when a
+// later slot refuses it gives back, before it returns, exactly what the
+// earlier slots charged (capped at capacity: refill that came meanwhile is
+// not given twice). So a refused call returns having charged nothing, but
+// other callers may briefly see its charges on the earlier slots. If
+// Redis fails while giving back, the error says which keys were left
+// charged and by how much.
+func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
+	return l.s.AllowAll(ctx, takes...)
+}
+
+// WaitN blocks until n events may happen for key, charges them and returns
+// the admitting Result. Waiters on one key in this process queue first
+// come, first served, and only the first of them asks Redis, once per
+// RetryAfter: a crowd of waiters costs Redis no more calls than one. It
+// returns at once an error wrapping tierlimit.ErrWaitDeadline when the
+// wait would pass ctx's deadline, ctx's error when ctx ends first, and
+// AllowN's errors (bad input is reported before any wait).
+func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	if err := l.s.Check(key, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	return l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
+}
+
+// Settle corrects an earlier charge of key: it was charged charged and
+// really used used (say an LLM request charged its estimate, then its
+// real cost). The difference is given back when charged > used, up to full
+// at most, or taken when used > charged, down to empty at most, under
+// each of the key's limits in one round trip; it is never denied (the
+// events happened). Both must be between 0 and the key's capacity, else
+// tierlimit.ErrInvalidCost. The Result is Allowed, with Remaining after.
+func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
+	return l.s.Settle(ctx, key, charged, used)
 }
 
 // Reset forgets key's state under every limit: the key is back to full capacity.

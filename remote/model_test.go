@@ -51,8 +51,9 @@ func TestSlidingLogModel(t *testing.T) {
 			if rng.IntN(10) == 0 {
 				cost = rng.Int64N(rate + 1)
 			}
-			got1, err1 := lua.SlidingLog.Run(ctx, rdb, one, 0, cost, period, rate).Slice()
-			got2, err2 := lua.SlidingLog.Run(ctx, rdb, two, 0, cost, period, rate, period, rate).Slice()
+			spec := fmt.Sprintf("%d:%d", period, rate)
+			got1, err1 := lua.SlidingLog.Run(ctx, rdb, one, 0, "0", cost, spec).Slice()
+			got2, err2 := lua.SlidingLog.Run(ctx, rdb, two, 0, "0", cost, spec, cost, spec).Slice()
 			if err1 != nil || err2 != nil {
 				t.Fatalf("limit %d step %d: %v, %v", li, step, err1, err2)
 			}
@@ -114,7 +115,7 @@ func (m *logModel) call(now, cost, period, rate int64) []any {
 	if len(*m) > 0 {
 		reset = (*m)[len(*m)-1].t + period - now
 	}
-	return []any{allowed, allowed * cost, rate - sum, retry, reset}
+	return []any{allowed, int64(0), rate - sum, retry, reset}
 }
 
 // TestTokenBucketClockStepsBack steps the server's clock back below a

@@ -64,7 +64,7 @@ func TestObserverDecisions(t *testing.T) {
 				if err != nil {
 					t.Fatalf("AllowN #%d: %v", i+1, err)
 				}
-				want = append(want, tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n})
+				want = append(want, tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n, Limit: res.Limit})
 			}
 			if _, err := lim.AllowN(ctx, "", 1); !errors.Is(err, tierlimit.ErrInvalidKey) {
 				t.Fatalf("AllowN with an empty key = %v, want ErrInvalidKey", err)
@@ -146,5 +146,29 @@ func TestObserverErrors(t *testing.T) {
 	}
 	if _, err := NewTokenBucket(rdb, tierlimit.PerHour(1), WithObserver(nil)); !errors.Is(err, tierlimit.ErrInvalidOption) {
 		t.Errorf("WithObserver(nil): err = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestObserverTenantCalls checks AllowAll (one "allow" call and one
+// decision on a single Redis) and Settle (one "settle" call, no decision).
+func TestObserverTenantCalls(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	b := miniBackend(t)
+	tb, err := NewTokenBucket(b.rdb, tierlimit.PerHour(10), WithObserver(rec.observer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.AllowAll(ctx, tierlimit.Take{Key: "a", N: 2}, tierlimit.Take{Key: "b", N: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Settle(ctx, "a", 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if ops, want := rec.ops(), []string{"allow", "settle"}; !slices.Equal(ops, want) {
+		t.Errorf("calls reported %q, want %q", ops, want)
+	}
+	if len(rec.decisions) != 1 || rec.decisions[0].N != 5 || !rec.decisions[0].Allowed {
+		t.Errorf("decisions reported %+v, want one of N 5, allowed", rec.decisions)
 	}
 }

@@ -60,10 +60,35 @@ func WithClientClock(clock Clock) Option {
 	})
 }
 
-// WithObserver reports to o each decision of Allow and AllowN (Source
-// remote), each round trip to Redis, by Op ("allow" for Allow and AllowN,
-// "reset" for Reset), and each change in the server's eviction settings
-// (see tierlimit.Observer). Without an observer nothing is measured.
+// WithLimitFunc gives each key its own limit: f(key), asked on every
+// decision, in place of the constructor's limit, which stays the default
+// (f's zero Limit means it). Limits given with WithLimits apply to every
+// key besides. A key keeps its state when f's answer for it changes (a
+// plan upgrade): its state records the limit it was written under, and is
+// converted to the new one on the key's next call, refilled under the old
+// limit up to then: a token bucket keeps its tokens up to the new Burst,
+// as x/time/rate's SetLimit does, GCRA the same, windows keep their
+// counts up to the new Rate, the sliding log keeps its log (judged by the
+// new Rate and Period). A bad answer (Limit.Validate, or the algorithm's
+// own rules) makes the call return an error wrapping
+// tierlimit.ErrInvalidLimit. f must be fast, safe for concurrent use, and
+// must not call the limiter.
+func WithLimitFunc(f tierlimit.LimitFunc) Option {
+	return optionFunc(func(c *store.Config) error {
+		if f == nil {
+			return fmt.Errorf("%w: remote: nil LimitFunc", tierlimit.ErrInvalidOption)
+		}
+		c.LimitFunc = f
+		return nil
+	})
+}
+
+// WithObserver reports to o each decision of Allow, AllowN and AllowAll
+// (Source remote), each round trip to Redis, by Op ("allow" for Allow,
+// AllowN and each call of AllowAll, "settle" for Settle and AllowAll's
+// give-backs, "reset" for Reset), and each change in the server's eviction
+// settings (see tierlimit.Observer). Without an observer nothing is
+// measured.
 func WithObserver(o *tierlimit.Observer) Option {
 	return optionFunc(func(c *store.Config) error {
 		if o == nil {

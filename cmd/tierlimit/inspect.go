@@ -206,6 +206,21 @@ func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyS
 	return st, nil
 }
 
+// stateFields is how many integers begin a string state of each algorithm,
+// before the limit it was written under (none for the sliding log's).
+var stateFields = map[string]int{"tb": 3, "gcra": 2, "fw": 2, "aw": 2, "sw": 3}
+
+// lead splits a state "a:b:…:<limit>" into its n leading integers and the
+// limit it was written under.
+func lead(v string, n int) ([]int64, string, bool) {
+	parts := strings.SplitN(v, ":", n+1)
+	if len(parts) != n+1 {
+		return nil, "", false
+	}
+	f, ok := fields(strings.Join(parts[:n], ":"), n)
+	return f, parts[n], ok
+}
+
 // fields splits a "a:b:c" value into n integers.
 func fields(v string, n int) ([]int64, bool) {
 	parts := strings.Split(v, ":")
@@ -255,7 +270,7 @@ func (st keyState) print(w io.Writer, c inspectConfig) {
 	case c.limit != nil:
 		line("config", "%s: written under another limit than %v", st.name.config, *c.limit)
 	default:
-		line("config", "%s (a hash of the limit; give -rate, -period, -burst to decode against one)", st.name.config)
+		line("config", "%s (the limit's position: 0 the key's own, 1… the extras; give -rate, -period, -burst to decode against one)", st.name.config)
 	}
 	switch st.ttl {
 	case -2:
@@ -284,14 +299,15 @@ func (st keyState) matching(c inspectConfig) *tierlimit.Limit {
 	if c.limit == nil || !ok {
 		return nil
 	}
-	keys, err := keysOf(alg, *c.limit, c.prefix, c.key)
-	if err != nil {
+	if _, err := keysOf(alg, *c.limit, c.prefix, c.key); err != nil {
 		return nil // e.g. a burst on a window algorithm: not this limit
 	}
-	for _, k := range keys {
-		if k == st.name.full {
-			return c.limit
-		}
+	n, ok := stateFields[st.name.alg]
+	if !ok || st.typ != "string" || st.name.suffix != "" {
+		return c.limit // the sliding log and the lease ledger record no limit
+	}
+	if _, spec, ok := lead(st.value, n); ok && spec == alg.alg.Spec(*c.limit) {
+		return c.limit
 	}
 	return nil
 }
@@ -336,9 +352,17 @@ func gcraLeft(limit tierlimit.Limit, tat, f, now int64) int64 {
 // left now.
 func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Limit) {
 	bad := func() { line("state", "not in the format of %s (docs/operations.md)", st.name.alg) }
+	if n, ok := stateFields[st.name.alg]; ok {
+		_, spec, ok := lead(st.value, n)
+		if !ok {
+			bad()
+			return
+		}
+		line("limit", "written under %s (docs/operations.md)", spec)
+	}
 	switch st.name.alg {
 	case "tb":
-		f, ok := fields(st.value, 3)
+		f, _, ok := lead(st.value, 3)
 		if !ok {
 			bad()
 			return
@@ -352,7 +376,7 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 				float64(k)+float64(r)/float64(unit), limit.Capacity())
 		}
 	case "gcra":
-		f, ok := fields(st.value, 2)
+		f, _, ok := lead(st.value, 2)
 		if !ok {
 			bad()
 			return
@@ -362,7 +386,7 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 			line("now", "%d of %d tokens", gcraLeft(*limit, f[0], f[1], st.now), limit.Capacity())
 		}
 	case "fw":
-		f, ok := fields(st.value, 2)
+		f, _, ok := lead(st.value, 2)
 		if !ok {
 			bad()
 			return
@@ -377,7 +401,7 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 			}
 		}
 	case "aw":
-		f, ok := fields(st.value, 2)
+		f, _, ok := lead(st.value, 2)
 		if !ok {
 			bad()
 			return
@@ -391,7 +415,7 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 			}
 		}
 	case "sw":
-		f, ok := fields(st.value, 3)
+		f, _, ok := lead(st.value, 3)
 		if !ok {
 			bad()
 			return

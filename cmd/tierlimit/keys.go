@@ -11,7 +11,7 @@ import (
 
 // The Redis key format is internal/store's (docs/operations.md):
 //
-//	<prefix><alg>:<config>:{<tag>}:<user key>[<suffix>]
+//	<prefix><alg>:<pos>:{<tag>}:<user key>[<suffix>]
 //
 // store.KeysOf names a key's Redis keys; the command takes them apart to
 // read what is stored under them.
@@ -56,14 +56,14 @@ func keysOf(a algorithm, limit tierlimit.Limit, prefix, key string) ([]string, e
 type keyName struct {
 	full   string
 	alg    string
-	config string
+	config string // the limit's position: 0 the key's own, 1… the extras
 	tag    string
 	suffix string // after the user key: "", for the sliding log ":z" or ":h", for the token bucket's lease ledger ":held"
 	refund string // the ID of a token bucket's refund marker, which names no user key
 }
 
 // parseKeyName takes apart full, a key of prefix for user key key, or one
-// of the key's refund markers (<prefix>tb:<config>:{<tag>}!<id>); ok is
+// of the key's refund markers (<prefix>tb:<pos>:{<tag>}!<id>); ok is
 // false when full is neither.
 func parseKeyName(full, prefix, key string) (keyName, bool) {
 	rest, ok := strings.CutPrefix(full, prefix)

@@ -1,43 +1,67 @@
--- anchoredwindow.lua: fixed windows that start at a key's first admitted hit
--- and last one period, over one or more limits, all-or-nothing.
+-- anchoredwindow.lua: fixed windows that start at a key's first admitted
+-- hit and last one period, one per entry (a user key under one of its
+-- limits), decided all-or-nothing or settled.
 --
--- KEYS[i]   string "s:c" of limit i: s = µs the window started, c = count
+-- KEYS[i]   entry i's string "s:c:p:rate": s = µs the window started, c =
+--           count, written under the limit p:rate
 -- ARGV[1]   client clock in µs, or 0 for TIME
--- ARGV[2]   n: cost (0 peeks and starts no window)
--- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per window)
+-- ARGV[2]   mode: "0" decides, "1" settles (see below)
+-- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks and starts no window; in
+--           settle mode a signed change) and limit "p:rate": period in µs,
+--           events per window
 --
--- Reply: {allowed, granted, then per limit: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
 -- A denied request can succeed when its window ends: retry_us is the time
--- left until then.
--- Invariants: c <= rate; a denied call writes nothing; a written key expires
--- when its window ends.
+-- left until then. Settling adds the cost to the window's count, kept
+-- within [0, rate] (a positive one opens a window if none runs); it is
+-- never denied.
+--
+-- A state written under another limit: if its window has not ended by the
+-- old period, its count carries over, capped at rate, in the same window,
+-- which now lasts the new period from its start; the call writes it.
+--
+-- Invariants: c <= rate; a denied call charges nothing; a written key
+-- expires when its window ends.
 local now = now_us()
-local cost = tonumber(ARGV[2])
+local settle = ARGV[2] == '1'
 
 local n = #KEYS
-local start, cnt, p, rate = {}, {}, {}, {}
+local start, cnt, p, rate, cost, lim, dirty = {}, {}, {}, {}, {}, {}, {}
 local allowed = 1
 for i = 1, n do
-  local a = 2 + (i - 1) * 2
-  p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local s, c = pair_get(KEYS[i])
-  if s == nil or c == nil or now >= s + p[i] or s > now then
-    s, c = now, 0
+  cost[i], lim[i] = tonumber(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
+  local pp, rr = string.match(lim[i], '^(%d+):(%d+)$')
+  p[i], rate[i] = tonumber(pp), tonumber(rr)
+  local s, c, old = pair_get(KEYS[i])
+  if s ~= nil and old ~= lim[i] then
+    local op = tonumber(string.match(old, '^(%d+)'))
+    if now < s + op and s <= now and c > 0 then
+      c, dirty[i] = math.min(c, rate[i]), true
+    else
+      s = nil
+    end
+  end
+  if s == nil or now >= s + p[i] or s > now then
+    s, c, dirty[i] = now, 0, false
   end
   start[i], cnt[i] = s, c
-  if c + cost > rate[i] then allowed = 0 end
+  if not settle and c + cost[i] > rate[i] then allowed = 0 end
 end
 
-local reply = {allowed, allowed * cost}
+local reply = {allowed, 0}
 for i = 1, n do
   local c = cnt[i]
   local left = start[i] + p[i] - now
   local retry = 0
-  if allowed == 1 and cost > 0 then
-    c = c + cost
-    put(KEYS[i], string.format('%d:%d', start[i], c), left)
-  elseif allowed == 0 and c + cost > rate[i] then
+  if settle then
+    c = math.min(math.max(c + cost[i], 0), rate[i])
+  elseif allowed == 1 then
+    c = c + cost[i]
+  elseif c + cost[i] > rate[i] then
     retry = left
+  end
+  if c ~= cnt[i] or dirty[i] then
+    put(KEYS[i], string.format('%d:%d:', start[i], c) .. lim[i], left)
   end
   local reset = 0
   if c > 0 then reset = left end

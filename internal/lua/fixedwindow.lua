@@ -1,43 +1,64 @@
--- fixedwindow.lua: fixed windows aligned on the Unix epoch, over one or more
--- limits, all-or-nothing.
+-- fixedwindow.lua: fixed windows aligned on the Unix epoch, one count per
+-- entry (a user key under one of its limits), decided all-or-nothing or
+-- settled.
 --
--- KEYS[i]   string "w:c" of limit i: w = window index (floor(now / period)),
---           c = count
+-- KEYS[i]   entry i's string "w:c:p:rate": w = window index (floor(now /
+--           p)), c = count, written under the limit p:rate
 -- ARGV[1]   client clock in µs, or 0 for TIME
--- ARGV[2]   n: cost (0 peeks)
--- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per window)
+-- ARGV[2]   mode: "0" decides, "1" settles (see below)
+-- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
+--           change) and limit "p:rate": period in µs, events per window
 --
--- Reply: {allowed, granted, then per limit: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
 -- A denied request can succeed when its window ends: retry_us is that wait.
--- Invariants: c <= rate; a denied call writes nothing; a written key expires
--- when its window ends.
+-- Settling adds the cost to the window's count, kept within [0, rate]; it
+-- is never denied.
+--
+-- A state written under another limit: if its window (by the old period)
+-- has not ended, its count carries over, capped at rate, into the window of
+-- now by the new period; the call writes it.
+--
+-- Invariants: c <= rate; a denied call charges nothing; a written key
+-- expires when its window ends.
 local now = now_us()
-local cost = tonumber(ARGV[2])
+local settle = ARGV[2] == '1'
 
 local n = #KEYS
-local cnt, p, rate, wend = {}, {}, {}, {}
+local cnt, p, rate, wend, cost, lim, dirty = {}, {}, {}, {}, {}, {}, {}
 local allowed = 1
 for i = 1, n do
-  local a = 2 + (i - 1) * 2
-  p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  cost[i], lim[i] = tonumber(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
+  local pp, rr = string.match(lim[i], '^(%d+):(%d+)$')
+  p[i], rate[i] = tonumber(pp), tonumber(rr)
   local w = idiv(now, p[i])
   wend[i] = (w + 1) * p[i] - now
   local c = 0
-  local sw, sc = pair_get(KEYS[i])
-  if sw == w and sc then c = sc end
+  local sw, sc, old = pair_get(KEYS[i])
+  if sw and old == lim[i] then
+    if sw == w then c = sc end
+  elseif sw then
+    local op = tonumber(string.match(old, '^(%d+)'))
+    if sw == idiv(now, op) and sc > 0 then
+      c, dirty[i] = math.min(sc, rate[i]), true
+    end
+  end
   cnt[i] = c
-  if c + cost > rate[i] then allowed = 0 end
+  if not settle and c + cost[i] > rate[i] then allowed = 0 end
 end
 
-local reply = {allowed, allowed * cost}
+local reply = {allowed, 0}
 for i = 1, n do
   local c = cnt[i]
   local retry = 0
-  if allowed == 1 and cost > 0 then
-    c = c + cost
-    put(KEYS[i], string.format('%d:%d', idiv(now, p[i]), c), wend[i])
-  elseif allowed == 0 and c + cost > rate[i] then
+  if settle then
+    c = math.min(math.max(c + cost[i], 0), rate[i])
+  elseif allowed == 1 then
+    c = c + cost[i]
+  elseif c + cost[i] > rate[i] then
     retry = wend[i]
+  end
+  if c ~= cnt[i] or dirty[i] then
+    put(KEYS[i], string.format('%d:%d:', idiv(now, p[i]), c) .. lim[i], wend[i])
   end
   local reset = 0
   if c > 0 then reset = wend[i] end

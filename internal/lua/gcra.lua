@@ -1,26 +1,39 @@
--- gcra.lua: generic cell rate algorithm over one or more limits,
--- all-or-nothing. One rational per limit: the theoretical arrival time
--- (TAT), in µs and a remainder, so that the emission interval T =
--- Period/Rate is exact whatever Rate is (T = unit/per µs, tierlimit.Limit.Scale).
+-- gcra.lua: generic cell rate algorithm, one TAT per entry (a user key under
+-- one of its limits), decided all-or-nothing or settled. One rational per
+-- entry: the theoretical arrival time (TAT), in µs and a remainder, so that
+-- the emission interval T = Period/Rate is exact whatever Rate is (T =
+-- unit/per µs, tierlimit.Limit.Scale).
 --
--- KEYS[i]   string "tat:f" of limit i: TAT = tat + f/per µs, 0 <= f < per.
---           Absent means TAT <= now (full).
+-- KEYS[i]   entry i's string "tat:f:lim": TAT = tat + f/per µs, 0 <= f <
+--           per, written under the limit lim. Absent means TAT <= now
+--           (full).
 -- ARGV[1]   client clock in µs, or 0 for TIME
--- ARGV[2]   n: cost (0 peeks)
--- ARGV[2+4(i-1)+1..4] for limit i: unit, per (T = unit/per µs), and the
---           tolerance tau = capacity × T as ti + tf/per µs (0 <= tf < per)
+-- ARGV[2]   mode: "0" decides, "1" settles (see below)
+-- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
+--           change) and limit "unit:per:ti:tf:cap": T = unit/per µs, the
+--           tolerance tau = cap × T as ti + tf/per µs (0 <= tf < per), cap
+--           the capacity in tokens
 --
--- Reply: {allowed, granted, then per limit: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
 --
--- A request of cost n is allowed by limit i when max(TAT, now) + n·T - now
--- <= tau. n·T, and remaining = floor((now + tau - TAT) / T), go through
+-- A request of cost n > 0 is allowed by entry i when max(TAT, now) + n·T -
+-- now <= tau (a cost of 0 peeks: allowed, even when a clock behind the
+-- last write's sees TAT past now + tau). n·T, and remaining = floor((now + tau - TAT) / T), go through
 -- muldiv (lib.lua): exact where n × unit passes 2^53. retry_us is the
 -- first µs at which the request fits; reset_us the µs until TAT.
--- Invariants: 0 <= f < per; a denied call writes nothing; a written TAT
+-- Settling moves TAT by n·T, forward at most to now + tau (empty), back at
+-- most to now (full); it is never denied.
+--
+-- A state written under another limit: its whole tokens at now under that
+-- limit are kept, capped at cap, and TAT becomes now + (cap - tokens)·T of
+-- the new limit (the part of a token is dropped: a conversion never adds);
+-- the call writes it.
+--
+-- Invariants: 0 <= f < per; a denied call charges nothing; a written TAT
 -- expires when it passes (an expired key reads as TAT <= now, the same
 -- state).
 local now = now_us()
-local cost = tonumber(ARGV[2])
+local settle = ARGV[2] == '1'
 
 -- carry returns x + xf/per with 0 <= xf < per, for 0 <= xf < 2·per.
 local function carry(x, xf, per)
@@ -28,47 +41,86 @@ local function carry(x, xf, per)
   return x, xf
 end
 
-local n = #KEYS
-local tat, frac, nt, nf, unit, per, ti, tf = {}, {}, {}, {}, {}, {}, {}, {}
-local allowed = 1
-for i = 1, n do
-  local a = 2 + (i - 1) * 4
-  unit[i], per[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  ti[i], tf[i] = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local v, f = pair_get(KEYS[i])
-  if v == nil or f == nil or v < now then v, f = now, 0 end
-  tat[i], frac[i] = v, f
-  -- The TAT after this request: TAT + n·T.
-  local q, r = muldiv(cost, unit[i], 0, per[i])
-  nt[i], nf[i] = carry(v + q, f + r, per[i])
-  local d = nt[i] - now
-  if d > ti[i] or d == ti[i] and nf[i] > tf[i] then allowed = 0 end
+-- gcra_limit returns unit, per, ti, tf and cap of a limit string.
+local function gcra_limit(s)
+  local a, b, c, d, e = string.match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  return tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e)
 end
 
-local reply = {allowed, allowed * cost}
+-- tokens returns floor((now + ti + tf/per - (v + f/per)) / (unit/per)): the
+-- whole tokens a TAT of v + f/per leaves at now (0 when none).
+local function tokens(v, f, unit, per, ti, tf)
+  local e, g = now + ti - v, tf - f
+  if g < 0 then e, g = e - 1, g + per end
+  if e < 0 then return 0 end
+  return (muldiv(e, per, g, unit))
+end
+
+-- later returns v + f/per plus m·T (unit/per µs), m >= 0.
+local function later(v, f, m, unit, per)
+  local q, r = muldiv(m, unit, 0, per)
+  return carry(v + q, f + r, per)
+end
+
+local n = #KEYS
+local tat, frac, nt, nf, unit, per, ti, tf, cap, cost, lim, dirty = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local allowed = 1
+for i = 1, n do
+  cost[i], lim[i] = tonumber(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
+  unit[i], per[i], ti[i], tf[i], cap[i] = gcra_limit(lim[i])
+  local v, f, old = pair_get(KEYS[i])
+  if v == nil or v < now then
+    v, f = now, 0
+  elseif old ~= lim[i] then
+    local ou, op, oi, of, oc = gcra_limit(old)
+    local left = math.min(tokens(v, f, ou, op, oi, of), cap[i])
+    v, f = later(now, 0, cap[i] - left, unit[i], per[i])
+    dirty[i] = true
+  end
+  tat[i], frac[i] = v, f
+  if settle then
+    local c = cost[i]
+    if c >= 0 then
+      c = math.min(c, tokens(v, f, unit[i], per[i], ti[i], tf[i]))
+      nt[i], nf[i] = later(v, f, c, unit[i], per[i])
+    else
+      local m = math.min(-c, cap[i])
+      local q, r = muldiv(m, unit[i], 0, per[i])
+      local x, xf = v - q, f - r
+      if xf < 0 then x, xf = x - 1, xf + per[i] end
+      if x < now then x, xf = now, 0 end
+      nt[i], nf[i] = x, xf
+    end
+  else
+    -- The TAT after this request: TAT + n·T.
+    nt[i], nf[i] = later(v, f, cost[i], unit[i], per[i])
+    local d = nt[i] - now
+    if cost[i] > 0 and (d > ti[i] or d == ti[i] and nf[i] > tf[i]) then allowed = 0 end
+  end
+end
+
+local reply = {allowed, 0}
 for i = 1, n do
   local v, f = tat[i], frac[i]
   local retry = 0
   local d = nt[i] - now
   if allowed == 1 then
+    if nt[i] ~= v or nf[i] ~= f then dirty[i] = true end
     v, f = nt[i], nf[i]
-    if cost > 0 then
-      local left = v - now
-      if f > 0 then left = left + 1 end
-      put(KEYS[i], string.format('%d:%d', v, f), left)
-    end
-  elseif d > ti[i] or d == ti[i] and nf[i] > tf[i] then
+  elseif cost[i] > 0 and (d > ti[i] or d == ti[i] and nf[i] > tf[i]) then
     retry = d - ti[i]
     if nf[i] > tf[i] then retry = retry + 1 end
   end
-  -- now + tau - TAT, as e + g/per µs, in tokens of T.
-  local e, g = now + ti[i] - v, tf[i] - f
-  if g < 0 then e, g = e - 1, g + per[i] end
-  local remaining = 0
-  if e >= 0 then remaining = muldiv(e, per[i], g, unit[i]) end
   local reset = v - now
   if f > 0 then reset = reset + 1 end
-  reply[#reply + 1] = remaining
+  if dirty[i] then
+    if reset > 0 then
+      put(KEYS[i], string.format('%d:%d:', v, f) .. lim[i], reset)
+    else
+      redis.call('DEL', KEYS[i])
+    end
+  end
+  reply[#reply + 1] = tokens(v, f, unit[i], per[i], ti[i], tf[i])
   reply[#reply + 1] = retry
   reply[#reply + 1] = reset
 end

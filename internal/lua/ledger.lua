@@ -6,9 +6,10 @@
 -- would, whatever it held when the interval began. The bucket's state,
 -- refill and write are lib.lua's (bucket_get, fill, bucket_put).
 --
--- KEYS[1]  string "k:r:ts": the level is k tokens and r/unit of one more,
---          ts = µs of the last write. An absent key is a bucket full up to
---          what the ledger leaves.
+-- KEYS[1]  string "k:r:ts:unit:per:cap", as tokenbucket.lua's: the level
+--          is k tokens and r/unit of one more, ts = µs of the last write,
+--          unit:per:cap the limit it was written under. An absent key is a
+--          bucket full up to what the ledger leaves.
 -- KEYS[2]  hash holder -> "held:gen:deadline": tokens the holder may still
 --          spend (an upper bound), the number of its last claim, and the µs
 --          after which it spends none of them (it promises to stop before).
@@ -17,17 +18,21 @@
 -- ARGV[2]  min: tokens required; fewer available denies and grants nothing
 -- ARGV[3]  want: tokens to take at most (>= min)
 -- ARGV[4]  refund: tokens the holder gives back (it holds none after)
--- ARGV[5..7] unit (units per token), per (units refilled per µs), cap
---          (capacity in tokens)
--- ARGV[8]  hold: µs from a grant to the holder's deadline
--- ARGV[9]  gen: the claim's number (claims of a holder are numbered in
+-- ARGV[5]  the limit "unit:per:cap": unit (units per token), per (units
+--          refilled per µs), cap (capacity in tokens)
+-- ARGV[6]  hold: µs from a grant to the holder's deadline
+-- ARGV[7]  gen: the claim's number (claims of a holder are numbered in
 --          order), or for a refund the number of the last claim before it
--- ARGV[10] held: for a claim, the tokens the holder still holds as it sends
+-- ARGV[8]  held: for a claim, the tokens the holder still holds as it sends
 --          it (an upper bound); -1 for a call that is not a holder's claim
--- ARGV[11] holder, or '' for a call that holds nothing (AllowN)
+-- ARGV[9]  holder, or '' for a call that holds nothing (AllowN)
 --
 -- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
 -- reset_us}; remaining is the level, what a claim could take now.
+--
+-- A state written under another limit is refilled under it up to now, to
+-- at most its capacity less every token the ledger holds, and converted
+-- (bucket_convert in lib.lua): its tokens kept, capped at the new capacity.
 --
 -- A clock behind ts: the call is decided at ts, as tokenbucket.lua
 -- decides, deadlines included; waits and TTLs count from the clock the call
@@ -40,14 +45,16 @@
 -- lives until the bucket is full after the ledger's last deadline.
 local clock = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local unit, per, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local hold, gen, held, holder = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local lim = ARGV[5]
+local unit, per, cap = tb_limit(lim)
+local hold, gen, held, holder = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
 if refund > 0 and not once(KEYS[3]) then
   refund = 0 -- this refund ran already
 end
-local k, r, ts = bucket_get(KEYS[1])
+local k, r, ts, old = bucket_get(KEYS[1])
 local now = clock
 if ts and ts > now then now = ts end
+local dirty = false
 
 -- The ledger: live entries, and those past their deadline in time order.
 local total, maxd = 0, 0 -- tokens of every entry; latest live deadline
@@ -68,6 +75,10 @@ for i = 1, #raw, 2 do
 end
 
 -- Refill up to now, the ceiling rising at each deadline passed.
+if k and old ~= lim then
+  k, r, ts = bucket_convert(k, r, ts, old, now, unit, cap, total)
+  dirty = true
+end
 if not k then
   k, r, ts = math.max(cap - total, 0), 0, now
 elseif k >= cap - total then
@@ -82,8 +93,10 @@ for _, x in ipairs(dead) do
   total = total - x[2]
 end
 k, r = fill(k, r, now - ts, unit, per, cap - total)
-local dirty = #gone > 0
-if dirty then redis.call('HDEL', KEYS[2], unpack(gone)) end
+if #gone > 0 then
+  dirty = true
+  redis.call('HDEL', KEYS[2], unpack(gone))
+end
 
 -- The holder's report: a refund ends its entry (unless a later claim wrote
 -- it); a claim lowers it to what the holder says it still holds.
@@ -132,7 +145,7 @@ if dirty then
   -- last deadline plus reset, when the absent key means a full bucket.
   local life = reset
   if total > 0 then life = maxd - now + reset end
-  bucket_put(KEYS[1], k, r, now, cap, life)
+  bucket_put(KEYS[1], k, r, now, cap, life, lim)
 end
 local retry = 0
 if allowed == 0 then retry = lag + wait_us(k, r, min, unit, per) end

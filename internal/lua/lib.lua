@@ -103,24 +103,32 @@ end
 -- limbs, because k × unit may pass 2^53: the level in units never is
 -- formed.
 
--- pair_get returns the two integers of a state "a:b" at key, or nil when
--- the key is absent or holds something else (each script says what that
--- means).
+-- pair_get returns the two integers and the limit of a state "a:b:lim" at
+-- key (lim: the limit it was written under, as the script's ARGV spells
+-- it), or nil when the key is absent.
 local function pair_get(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local a, b = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(a), tonumber(b)
+  local a, b, lim = string.match(v, '^(%d+):(%d+):(.+)$')
+  return tonumber(a), tonumber(b), lim
 end
 
--- bucket_get returns the level k, r and time ts (µs of the last write) of
--- the token bucket at key, stored as "k:r:ts", or nil when the key is
--- absent (tokenbucket.lua and ledger.lua say what that means).
+-- tb_limit returns the unit, per and cap of a token bucket's limit as its
+-- ARGV and its state spell it: "unit:per:cap".
+local function tb_limit(s)
+  local u, p, c = string.match(s, '^(%d+):(%d+):(%d+)$')
+  return tonumber(u), tonumber(p), tonumber(c)
+end
+
+-- bucket_get returns the level k, r, the time ts (µs of the last write) and
+-- the limit lim ("unit:per:cap") of the token bucket at key, stored as
+-- "k:r:ts:unit:per:cap", or nil when the key is absent (tokenbucket.lua and
+-- ledger.lua say what that means).
 local function bucket_get(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local k, r, ts = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return tonumber(k), tonumber(r), tonumber(ts)
+  local k, r, ts, lim = string.match(v, '^(%d+):(%d+):(%d+):(.+)$')
+  return tonumber(k), tonumber(r), tonumber(ts), lim
 end
 
 -- wait_us returns the µs level k, r takes to reach m tokens at per units a
@@ -141,13 +149,28 @@ local function fill(k, r, e, unit, per, ceil)
   return k + q, nr
 end
 
--- bucket_put stores level k, r at time ts in the bucket at key with a TTL
--- of at least us µs, or deletes the key when k is cap: an absent key is
--- full.
-local function bucket_put(key, k, r, ts, cap, us)
+-- bucket_convert returns the level k, r and time ts of a bucket written
+-- under the limit old ("unit:per:cap") as a bucket of unit and cap: refilled
+-- under old up to now (to at most old's capacity less held, the tokens a
+-- lease ledger holds), then its whole tokens kept up to cap, as
+-- x/time/rate's SetLimit keeps them, and its part of a token scaled to
+-- unit (rounded down: a conversion never adds). ts becomes the later of ts
+-- and now: the refill up to now is done.
+local function bucket_convert(k, r, ts, old, now, unit, cap, held)
+  local ou, op, oc = tb_limit(old)
+  k, r = fill(k, r, now - ts, ou, op, oc - held)
+  ts = math.max(ts, now)
+  if k >= cap then return cap, 0, ts end
+  return k, (muldiv(r, unit, 0, ou)), ts
+end
+
+-- bucket_put stores level k, r at time ts, written under the limit lim
+-- ("unit:per:cap"), in the bucket at key with a TTL of at least us µs, or
+-- deletes the key when k is cap: an absent key is full.
+local function bucket_put(key, k, r, ts, cap, us, lim)
   if k >= cap then
     redis.call('DEL', key)
   else
-    put(key, string.format('%d:%d:%d', k, r, ts), us)
+    put(key, string.format('%d:%d:%d:', k, r, ts) .. lim, us)
   end
 end

@@ -6,9 +6,14 @@
 //
 // Every script reads its time from the server (TIME) unless ARGV[1] carries
 // a client clock, keeps its keys in KEYS and computes in integer
-// microseconds. The limiter scripts reply {allowed, granted, then per limit:
-// remaining, retry_us, reset_us}; heartbeat.lua replies a count. Each file's
-// header states its KEYS, ARGV and invariants.
+// microseconds. The limiter scripts (ledger.lua aside) decide or settle
+// entries, each a user key under one of its limits: ARGV[2] is the mode
+// ("0" decides all entries or none, "1" settles each by a signed cost,
+// never denied), then each entry's cost and limit, spelled as its state
+// records it (a state written under another limit is converted first). They
+// reply {allowed, granted, then per entry: remaining, retry_us, reset_us};
+// heartbeat.lua replies a count. Each file's header states its KEYS, ARGV
+// and invariants.
 package lua
 
 import (

@@ -1,9 +1,10 @@
--- slidinglog.lua: sliding log over one or more limits, all-or-nothing. Every
--- admitted request is an entry of a sorted set scored by its time; a request
--- is allowed when the entries of the last period plus its cost fit the rate.
+-- slidinglog.lua: sliding log, one per entry (a user key under one of its
+-- limits), decided all-or-nothing or settled. Every admitted request is an
+-- entry of a sorted set scored by its time; a request is allowed when the
+-- entries of the last period plus its cost fit the rate.
 --
--- KEYS[2i-1] sorted set of limit i: member "seq:cost", score = µs admitted
--- KEYS[2i]   string "sum:seq:last:first:fcost:zexp:unit" of limit i: sum =
+-- KEYS[2i-1] entry i's sorted set: member "seq:cost", score = µs admitted
+-- KEYS[2i]   entry i's string "sum:seq:last:first:fcost:zexp:unit": sum =
 --            total cost in the set, seq = last member id, last = µs of the
 --            newest entry, first and fcost = µs and cost of the oldest entry
 --            (the set's first by rank; 0:0 when the set is empty or the
@@ -19,21 +20,29 @@
 --            extended only when less than one is left: most calls make no
 --            PEXPIRE.
 -- ARGV[1]    client clock in µs, or 0 for TIME
--- ARGV[2]    n: cost (0 peeks)
--- ARGV[2+2(i-1)+1..2] for limit i: period in µs, rate (events per period)
+-- ARGV[2]    mode: "0" decides, "1" settles (see below)
+-- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
+--            change) and limit "p:rate": period in µs, events per period
 --
--- Reply: {allowed, granted, then per limit: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
 -- retry_us is when enough of the oldest entries leave the window for the
--- request to fit: exact.
+-- request to fit: exact. Settling adds a positive cost as an entry, up to
+-- what fits the rate; a negative one comes off the newest entries (whole
+-- ones removed, the last one's cost lowered); it is never denied.
+--
+-- The log does not record its limit: its entries mean the same under any,
+-- so a changed limit judges the same log by the new period and rate (a
+-- lower rate may find sum above it: denied until enough entries leave).
 -- Memory is one entry per admitted request: O(rate) per key.
--- Invariants: sum = Σ cost of the set's entries <= rate; first:fcost is the
+-- Invariants: sum = Σ cost of the set's entries, <= rate unless the rate
+-- was lowered (a cost of 0 peeks, allowed whatever sum); first:fcost is the
 -- set's first entry or unknown (0:0); a denied call only drops expired
 -- entries; last + period <= zexp, and both keys live until zexp, the
 -- state string a few ms longer (a state without its set would count
 -- entries that are gone; a set without its state is read as all expired
 -- entries, which the first branch below deletes).
 local now = now_us()
-local cost = tonumber(ARGV[2])
+local settle = ARGV[2] == '1'
 
 -- stateMargin (µs) keeps the state string past its sorted set: the two
 -- TTLs are rounded up to whole ms from different calls' clocks.
@@ -86,14 +95,46 @@ local function drop(zs, s, f, fc, p)
   return s, nil, nil, true
 end
 
--- add adds an entry of cost to zs, the log of a state s, q, f, fc, u,
--- and returns the state after it: s, q, last, f, fc, u.
-local function add(zs, s, q, f, fc, u)
+-- add adds an entry of cost to zs, the log of a state s, q, l, f, fc, u,
+-- and returns the state after it: s, q, last, f, fc, u. A clock behind
+-- the log's entries (client clocks disagree) keeps last the newest and
+-- first the oldest, or unknown.
+local function add(zs, cost, s, q, l, f, fc, u)
   q = q + 1
   redis.call('ZADD', zs, string.format('%d', now), string.format('%d:%d', q, cost))
-  if s == 0 then f, fc, u = now, cost, 1 end
+  if s == 0 then
+    f, fc, u = now, cost, 1
+  elseif f and now < f then
+    f, fc = nil, nil -- a clock behind the oldest entry: this one is older
+  end
   if cost ~= 1 then u = 0 end
-  return s + cost, q, now, f, fc, u
+  return s + cost, q, math.max(l, now), f, fc, u
+end
+
+-- takeback removes back (<= s) of cost from the newest entries of zs, the
+-- log of a state s, f, fc, u: whole entries, and the cost of the last one
+-- lowered. It returns the state after it: s, f, fc, u. The state's last
+-- stays: the newest entry left is no later, so the TTLs still outlast it.
+local function takeback(zs, back, s, f, fc, u)
+  s = s - back
+  while back > 0 do
+    local e = redis.call('ZRANGE', zs, -1, -1, 'WITHSCORES')
+    if #e == 0 then break end
+    local id, c = string.match(e[1], '^(%d+):(%d+)$')
+    c = tonumber(c)
+    redis.call('ZREM', zs, e[1])
+    if c > back then
+      c = c - back
+      redis.call('ZADD', zs, e[2], string.format('%s:%d', id, c))
+      if c ~= 1 then u = 0 end
+      f, fc = nil, nil -- it may be the oldest: not known any more
+      back = 0
+    else
+      back = back - c
+    end
+  end
+  if s <= 0 then return 0, 0, 0, 1 end
+  return s, f, fc, u
 end
 
 -- store writes the state of the log zs to hs, first extending zs's TTL to
@@ -124,13 +165,13 @@ local function wait(zs, need, p)
 end
 
 local n = #KEYS / 2
-local sum, seq, last, first, fcost, zexp, unit, p, rate = {}, {}, {}, {}, {}, {}, {}, {}, {}
-local dirty = {} -- limit i's state must be saved
+local sum, seq, last, first, fcost, zexp, unit, p, rate, cost = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local dirty = {} -- entry i's state must be saved
 local allowed = 1
 
 for i = 1, n do
-  local a = 2 + (i - 1) * 2
-  p[i], rate[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local pp, rr = string.match(ARGV[2 + 2 * i], '^(%d+):(%d+)$')
+  cost[i], p[i], rate[i] = tonumber(ARGV[1 + 2 * i]), tonumber(pp), tonumber(rr)
   local zs, hs = KEYS[2 * i - 1], KEYS[2 * i]
   local s, q, l, f, fc, z, u = parse(redis.call('GET', hs))
   sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i] = s, q, l, f, fc, z, u
@@ -148,22 +189,31 @@ for i = 1, n do
   elseif s == 0 then
     first[i], fcost[i], unit[i] = 0, 0, 1
   end
-  if sum[i] + cost > rate[i] then allowed = 0 end
+  if not settle and cost[i] > 0 and sum[i] + cost[i] > rate[i] then allowed = 0 end
 end
 
-local reply = {allowed, allowed * cost}
+local reply = {allowed, 0}
 for i = 1, n do
   local zs = KEYS[2 * i - 1]
   local retry = 0
-  if allowed == 1 and cost > 0 then
-    sum[i], seq[i], last[i], first[i], fcost[i], unit[i] = add(zs, sum[i], seq[i], first[i], fcost[i], unit[i])
+  local add_cost = 0
+  if settle and cost[i] > 0 then
+    add_cost = math.max(0, math.min(cost[i], rate[i] - sum[i]))
+  elseif settle and cost[i] < 0 and sum[i] > 0 then
+    sum[i], first[i], fcost[i], unit[i] = takeback(zs, math.min(-cost[i], sum[i]), sum[i], first[i], fcost[i], unit[i])
+    dirty[i] = true
+  elseif not settle and allowed == 1 then
+    add_cost = cost[i]
+  end
+  if add_cost > 0 then
+    sum[i], seq[i], last[i], first[i], fcost[i], unit[i] = add(zs, add_cost, sum[i], seq[i], last[i], first[i], fcost[i], unit[i])
     dirty[i] = true
   end
   if dirty[i] then
     store(zs, KEYS[2 * i], p[i], sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i])
   end
-  if allowed == 0 and sum[i] + cost > rate[i] then
-    local need = sum[i] + cost - rate[i]
+  if allowed == 0 and cost[i] > 0 and sum[i] + cost[i] > rate[i] then
+    local need = sum[i] + cost[i] - rate[i]
     if first[i] and fcost[i] >= need then
       retry = first[i] + p[i] - now -- usually the oldest entry's leaving makes room
     else

@@ -1,51 +1,74 @@
--- slidingwindow.lua: sliding window counter over one or more limits,
--- all-or-nothing. The count of the previous fixed window, weighted by how
--- much of it the sliding window still covers, plus the current window's
--- count must fit the rate.
+-- slidingwindow.lua: sliding window counter, one per entry (a user key
+-- under one of its limits), decided all-or-nothing or settled. The count of
+-- the previous fixed window, weighted by how much of it the sliding window
+-- still covers, plus the current window's count must fit the rate.
 --
--- KEYS[i]   string "w:c:pc" of limit i: w = current window index, c = its
---           count, pc = the previous window's count
+-- KEYS[i]   entry i's string "w:c:pc:p:rate:q": w = current window index,
+--           c = its count, pc = the previous window's count, written under
+--           the limit p:rate:q
 -- ARGV[1]   client clock in µs, or 0 for TIME
--- ARGV[2]   n: cost (0 peeks)
--- ARGV[2+3(i-1)+1..3] for limit i: period in µs, rate, q: the weight's
---           grain in µs, chosen so that rate × (period / q) stays below 2^51
+-- ARGV[2]   mode: "0" decides, "1" settles (see below)
+-- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
+--           change) and limit "p:rate:q": period in µs, rate, q: the
+--           weight's grain in µs, chosen so that rate × (period / q) stays
+--           below 2^51
 --
 -- The previous window weighs ceil(pc × k / m), where m = floor(period / q)
 -- and k = ceil((period - elapsed) / q): never less than the exact weight, so
 -- the grain can only under-admit.
 --
--- Reply: {allowed, granted, then per limit: remaining, retry_us, reset_us}.
--- retry_us is exact for this arithmetic: the first µs at which the request fits.
--- Invariants: c <= rate; a denied call writes nothing; keys expire when both
--- windows they hold have passed.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- retry_us is exact for this arithmetic: the first µs at which the request
+-- fits. Settling adds a positive cost to the current count, up to what
+-- fits the rate; a negative one comes off the current count, then the
+-- previous one, down to 0; it is never denied.
+--
+-- A state written under another limit: its counts, rolled over by the old
+-- period, carry over (each capped at rate) as the current and previous
+-- windows of the new period; the call writes it.
+--
+-- A cost of 0 peeks: allowed even when a lowered rate leaves the estimate
+-- above it.
+--
+-- Invariants: c <= rate; a denied call charges nothing; keys expire when
+-- both windows they hold have passed.
 local now = now_us()
-local cost = tonumber(ARGV[2])
+local settle = ARGV[2] == '1'
+
+-- roll returns the count of window w and of the one before, from a state
+-- of window sw with counts c, pc.
+local function roll(sw, c, pc, w)
+  if sw == w then return c, pc end
+  if sw == w - 1 then return 0, c end
+  return 0, 0
+end
 
 local n = #KEYS
-local cur, prev, w, p, rate, q, est = {}, {}, {}, {}, {}, {}, {}
+local cur, prev, w, p, rate, q, est, cost, lim, dirty = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 local allowed = 1
 for i = 1, n do
-  local a = 2 + (i - 1) * 3
-  p[i], rate[i], q[i] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  cost[i], lim[i] = tonumber(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
+  local pp, rr, qq = string.match(lim[i], '^(%d+):(%d+):(%d+)$')
+  p[i], rate[i], q[i] = tonumber(pp), tonumber(rr), tonumber(qq)
   w[i] = idiv(now, p[i])
-  local sw, c, pc = nil, 0, 0
+  local c, pc = 0, 0
   local v = redis.call('GET', KEYS[i])
   if v then
-    local vw, vc, vp = string.match(v, '^(%d+):(%d+):(%d+)$')
-    sw, c, pc = tonumber(vw), tonumber(vc), tonumber(vp)
-  end
-  if sw == w[i] - 1 then
-    pc = c -- the window rolled over: this window's count becomes the previous one
-    c = 0
-  elseif sw ~= w[i] then
-    c = 0
-    pc = 0
+    local vw, vc, vp, old = string.match(v, '^(%d+):(%d+):(%d+):(.+)$')
+    if old == lim[i] then
+      c, pc = roll(tonumber(vw), tonumber(vc), tonumber(vp), w[i])
+    elseif old then
+      local op = tonumber(string.match(old, '^(%d+)'))
+      c, pc = roll(tonumber(vw), tonumber(vc), tonumber(vp), idiv(now, op))
+      c, pc = math.min(c, rate[i]), math.min(pc, rate[i])
+      dirty[i] = true
+    end
   end
   cur[i], prev[i] = c, pc
   local m = idiv(p[i], q[i])
   local k = cdiv(p[i] - (now - w[i] * p[i]), q[i])
   est[i] = math.min(pc, cdiv(pc * k, m)) + c
-  if est[i] + cost > rate[i] then allowed = 0 end
+  if not settle and cost[i] > 0 and est[i] + cost[i] > rate[i] then allowed = 0 end
 end
 
 -- fits returns the µs, from now, at which a window starting at wstart whose
@@ -60,24 +83,37 @@ local function fits(i, pc, room, wstart)
   return math.max(0, wstart + math.max(0, p[i] - k * q[i]) - now)
 end
 
-local reply = {allowed, allowed * cost}
+local reply = {allowed, 0}
 for i = 1, n do
-  local c = cur[i]
+  local c, pc = cur[i], prev[i]
   local retry = 0
-  if allowed == 1 and cost > 0 then
-    c = c + cost
-    est[i] = est[i] + cost
-    put(KEYS[i], string.format('%d:%d:%d', w[i], c, prev[i]), (w[i] + 2) * p[i] - now)
-  elseif allowed == 0 and est[i] + cost > rate[i] then
-    retry = fits(i, prev[i], rate[i] - cost - c, w[i] * p[i])
+  if settle and cost[i] >= 0 then
+    c = c + math.max(0, math.min(cost[i], rate[i] - est[i]))
+  elseif settle then
+    local back = -cost[i]
+    local fromc = math.min(back, c)
+    c, pc = c - fromc, math.max(0, pc - (back - fromc))
+  elseif allowed == 1 then
+    c = c + cost[i]
+  elseif cost[i] > 0 and est[i] + cost[i] > rate[i] then
+    retry = fits(i, pc, rate[i] - cost[i] - c, w[i] * p[i])
     if retry == nil then
-      retry = fits(i, c, rate[i] - cost, (w[i] + 1) * p[i]) or ((w[i] + 2) * p[i] - now)
+      retry = fits(i, c, rate[i] - cost[i], (w[i] + 1) * p[i]) or ((w[i] + 2) * p[i] - now)
     end
+  end
+  if c ~= cur[i] or pc ~= prev[i] then
+    dirty[i] = true
+    local m = idiv(p[i], q[i])
+    local k = cdiv(p[i] - (now - w[i] * p[i]), q[i])
+    est[i] = math.min(pc, cdiv(pc * k, m)) + c
+  end
+  if dirty[i] then
+    put(KEYS[i], string.format('%d:%d:%d:', w[i], c, pc) .. lim[i], (w[i] + 2) * p[i] - now)
   end
   local reset = 0
   if c > 0 then
     reset = (w[i] + 2) * p[i] - now
-  elseif prev[i] > 0 then
+  elseif pc > 0 then
     reset = (w[i] + 1) * p[i] - now
   end
   reply[#reply + 1] = rate[i] - est[i]

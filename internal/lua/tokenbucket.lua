@@ -1,77 +1,117 @@
--- tokenbucket.lua: token bucket over one or more limits, all-or-nothing; also
--- the lease primitive of the hybrid tier (claim between min and want tokens,
--- after refunding unspent ones).
+-- tokenbucket.lua: token buckets, one per entry (a user key under one of
+-- its limits), decided all-or-nothing or settled; also the lease primitive
+-- of the hybrid tier (claim between min and want tokens, after refunding
+-- unspent ones).
 --
--- KEYS[i]   string "k:r:ts" of limit i (bucket_get in lib.lua): the level is
---           k tokens and r/unit of one more, ts = µs of the last write. An
+-- KEYS[i]   entry i's string "k:r:ts:unit:per:cap" (bucket_get in lib.lua):
+--           the level is k tokens and r/unit of one more, ts = µs of the
+--           last write, and unit:per:cap the limit it was written under. An
 --           absent key is a full bucket.
--- KEYS[n+1] optional, n = the number of limits: the marker of an idempotent
---           refund (once in lib.lua).
+-- KEYS[n+1] optional, n = the number of entries: the marker of an
+--           idempotent refund (once in lib.lua).
 -- ARGV[1]   client clock in µs, or 0 for TIME
--- ARGV[2]   min: tokens required; fewer available denies and charges nothing
--- ARGV[3]   want: tokens to take at most (>= min)
--- ARGV[4]   refund: tokens given back before claiming (capped at capacity)
--- ARGV[4+3(i-1)+1..3] for limit i: unit (units per token), per (units
+-- ARGV[2]   mode: "0" decides, "1" settles (see below)
+-- ARGV[3]   want: 0 to charge each entry its cost; else a lease: every
+--           entry is charged the same grant, as many tokens as all have up
+--           to want, if that is at least each entry's cost (its min)
+-- ARGV[4]   refund: tokens given back to every entry first (capped at
+--           capacity)
+-- ARGV[3+2i], ARGV[4+2i] entry i's cost (in settle mode a signed change)
+--           and limit "unit:per:cap": unit (units per token), per (units
 --           refilled per µs), cap (capacity in tokens)
 --
--- Reply: {allowed, granted, then per limit: remaining, retry_us, reset_us}.
--- allowed is 1 when granted >= min. retry_us is the wait after which min
--- tokens are available (0 when allowed); reset_us the wait until full. Both
--- are exact: the first µs at which the refill reaches them.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- Deciding, allowed is 1 when every entry has its cost; retry_us is the
+-- wait after which it has (0 when allowed); reset_us the wait until full.
+-- Both are exact: the first µs at which the refill reaches them. Settling,
+-- a positive cost takes tokens down to empty at most, a negative one gives
+-- them back up to full at most; it is never denied.
 --
--- A clock behind a limit's ts (the server's stepped back, or client clocks
--- disagree): that limit is decided at ts, as if no time had passed, and a
+-- A state written under another limit is refilled under that limit up to
+-- now and converted (bucket_convert in lib.lua): its tokens are kept,
+-- capped at the new capacity, and the call writes it under the new one.
+--
+-- A clock behind an entry's ts (the server's stepped back, or client clocks
+-- disagree): that entry is decided at ts, as if no time had passed, and a
 -- write stores ts again, so no interval is refilled twice and no state is
 -- dated after the decision that wrote it; its waits and TTL count from the
 -- clock the call read.
 --
 -- Invariants: 0 <= k <= cap, 0 <= r < unit, and r = 0 when k = cap; a
--- denied call writes nothing (the refund, if any, is still applied); every
--- written key has a TTL of at least reset_us (when it expires the bucket is
--- full, which is what an absent key means).
+-- denied call charges nothing (the refund, if any, is still applied);
+-- every written key has a TTL of at least reset_us (when it expires the
+-- bucket is full, which is what an absent key means).
 local now = now_us()
-local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local n = (#ARGV - 4) / 3
+local settle, want, refund = ARGV[2] == '1', tonumber(ARGV[3]), tonumber(ARGV[4])
+local n = (#ARGV - 4) / 2
 if refund > 0 and not once(KEYS[n + 1]) then
   refund = 0 -- this refund ran already
 end
 
--- Per limit i: lk[i], lr[i] its level after refill and refund, lag[i] how
--- far its decision's time is ahead of now.
-local lk, lr, lag = {}, {}, {}
+-- Per entry i: lk[i], lr[i] its level after refill and refund, lag[i] how
+-- far its decision's time is ahead of now, dirty[i] whether it must be
+-- written whatever the decision (a refund, a conversion).
+local lk, lr, lag, cost, lim, dirty = {}, {}, {}, {}, {}, {}
 local grant = want
+local allowed = 1
 for i = 1, n do
-  local a = 4 + (i - 1) * 3
-  local unit, per, cap = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local k, r, ts = bucket_get(KEYS[i])
-  if not k then k, r, ts = cap, 0, now end
+  cost[i], lim[i] = tonumber(ARGV[3 + 2 * i]), ARGV[4 + 2 * i]
+  local unit, per, cap = tb_limit(lim[i])
+  local k, r, ts, old = bucket_get(KEYS[i])
+  if not k then
+    k, r, ts = cap, 0, now
+  elseif old ~= lim[i] then
+    k, r, ts = bucket_convert(k, r, ts, old, now, unit, cap, 0)
+    dirty[i] = true
+  end
   k, r = fill(k, r, now - ts, unit, per, cap)
-  if refund > 0 and k + refund >= cap then
-    k, r = cap, 0
-  elseif refund > 0 then
-    k = k + refund
+  if refund > 0 then
+    dirty[i] = true
+    if k + refund >= cap then
+      k, r = cap, 0
+    else
+      k = k + refund
+    end
   end
   lk[i], lr[i], lag[i] = k, r, math.max(ts - now, 0)
   if k < grant then grant = k end
+  if not settle and k < cost[i] then allowed = 0 end
 end
 
-local allowed = 1
-if grant < min then
-  grant, allowed = 0, 0
+if settle or want == 0 then
+  grant = 0
+elseif allowed == 1 then
+  for i = 1, n do
+    if grant < cost[i] then allowed = 0 end
+  end
 end
+if allowed == 0 then grant = 0 end
 
 local reply = {allowed, grant}
 for i = 1, n do
-  local a = 4 + (i - 1) * 3
-  local unit, per, cap = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local k, r = lk[i] - grant, lr[i]
+  local unit, per, cap = tb_limit(lim[i])
+  local k, r = lk[i], lr[i]
+  local take = 0
+  if settle then
+    take = cost[i]
+  elseif allowed == 1 then
+    take = grant
+    if want == 0 then take = cost[i] end
+  end
+  if take < 0 and k - take >= cap then
+    k, r = cap, 0
+  elseif take > k then
+    k, r = 0, 0
+  else
+    k = k - take
+  end
   local reset = lag[i] + wait_us(k, r, cap, unit, per)
-  if grant > 0 or refund > 0 then
-    bucket_put(KEYS[i], k, r, now + lag[i], cap, reset)
+  if take ~= 0 or dirty[i] then
+    bucket_put(KEYS[i], k, r, now + lag[i], cap, reset, lim[i])
   end
   local retry = 0
-  if allowed == 0 and k < min then
-    retry = lag[i] + wait_us(k, r, min, unit, per)
+  if allowed == 0 and k < cost[i] then
+    retry = lag[i] + wait_us(k, r, cost[i], unit, per)
   end
   reply[#reply + 1] = k
   reply[#reply + 1] = retry

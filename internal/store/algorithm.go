@@ -3,7 +3,7 @@ package store
 import (
 	"fmt"
 	"math/bits"
-	"time"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -15,12 +15,12 @@ import (
 type Algorithm struct {
 	name     string // short name in Redis keys, e.g. "tb"
 	script   *redis.Script
-	keys     []string                    // key suffixes per limit, e.g. {""} or {":z", ":h"}
-	params   func(tierlimit.Limit) []any // per-limit ARGV
-	validate func(tierlimit.Limit) error // rules beyond Limit.Validate
-	capacity func(tierlimit.Limit) int64 // largest cost one call may ask
-	lease    bool                        // ARGV head is min, want, refund (the token bucket's)
-	holders  bool                        // ledger.lua: ARGV ends with a holder (tail)
+	keys     []string                     // key suffixes per entry, e.g. {""} or {":z", ":h"}
+	spec     func(tierlimit.Limit) string // a limit as ARGV and the state spell it
+	validate func(tierlimit.Limit) error  // rules beyond Limit.Validate
+	capacity func(tierlimit.Limit) int64  // largest cost one call may ask
+	lease    bool                         // ARGV head has want and refund (the token bucket's)
+	holders  bool                         // ledger.lua: one entry, ARGV ends with a holder (tail)
 }
 
 // Name returns the algorithm's name as its Redis keys carry it: "tb",
@@ -31,18 +31,18 @@ func (a *Algorithm) Name() string { return a.name }
 var (
 	TokenBucket = &Algorithm{
 		name: "tb", script: lua.TokenBucket, keys: []string{""}, lease: true,
-		params: func(l tierlimit.Limit) []any {
+		spec: func(l tierlimit.Limit) string {
 			unit, per := l.Scale()
-			return []any{unit, per, l.Capacity()}
+			return join(unit, per, l.Capacity())
 		},
 		capacity: tierlimit.Limit.Capacity,
 	}
 	GCRA = &Algorithm{
 		name: "gcra", script: lua.GCRA, keys: []string{""},
-		params: func(l tierlimit.Limit) []any {
+		spec: func(l tierlimit.Limit) string {
 			unit, per := l.Scale()
 			ti, tf := tolerance(l)
-			return []any{unit, per, ti, tf}
+			return join(unit, per, ti, tf, l.Capacity())
 		},
 		capacity: tierlimit.Limit.Capacity,
 	}
@@ -51,9 +51,9 @@ var (
 	SlidingLog     = logAlg()
 	SlidingWindow  = &Algorithm{
 		name: "sw", script: lua.SlidingWindow, keys: []string{""},
-		params: func(l tierlimit.Limit) []any {
+		spec: func(l tierlimit.Limit) string {
 			p := l.PeriodMicros()
-			return []any{p, l.Rate, grain(l.Rate, p)}
+			return join(p, l.Rate, grain(l.Rate, p))
 		},
 		validate: windowBurst,
 		capacity: rate,
@@ -66,20 +66,24 @@ var Algorithms = []*Algorithm{TokenBucket, GCRA, FixedWindow, AnchoredWindow, Sl
 // ledger is the token bucket with a ledger of held leases (Config.Hold),
 // whose holders promise to spend nothing hold after their last grant. Its
 // state key is the token bucket's: the ledger is a hash beside it.
-func ledger(hold time.Duration) *Algorithm {
-	holdMicros := hold.Microseconds()
+func ledger() *Algorithm {
 	return &Algorithm{
 		name: "tb", script: lua.Ledger, keys: []string{"", ":held"}, lease: true, holders: true,
-		params: func(l tierlimit.Limit) []any {
-			return append(TokenBucket.params(l), holdMicros)
-		},
-		capacity: tierlimit.Limit.Capacity,
+		spec: TokenBucket.spec, capacity: tierlimit.Limit.Capacity,
 	}
 }
 
-// noHolder is the ARGV tail of a ledger call that names no holder: gen 0,
-// held -1, holder "".
-var noHolder = []any{0, -1, ""}
+// join spells integers as a limit's spec: "a:b:c".
+func join(xs ...int64) string {
+	b := make([]byte, 0, 64)
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ':')
+		}
+		b = strconv.AppendInt(b, x, 10)
+	}
+	return string(b)
+}
 
 // tolerance returns GCRA's tau = Capacity × Period/Rate µs as ti + tf/per
 // µs (per from Limit.Scale, 0 <= tf < per), in 128 bits: Capacity × unit
@@ -105,7 +109,7 @@ func grain(rate, period int64) int64 {
 func windowAlg(name string, s *redis.Script, keys []string) *Algorithm {
 	return &Algorithm{
 		name: name, script: s, keys: keys,
-		params:   func(l tierlimit.Limit) []any { return []any{l.PeriodMicros(), l.Rate} },
+		spec:     func(l tierlimit.Limit) string { return join(l.PeriodMicros(), l.Rate) },
 		validate: windowBurst,
 		capacity: rate,
 	}
@@ -139,3 +143,8 @@ func windowBurst(l tierlimit.Limit) error {
 	}
 	return nil
 }
+
+// Spec returns limit as the algorithm's scripts receive it and its states
+// record it (docs/operations.md, "Key format"): what a state ends with
+// when it was written under limit. The sliding log's state records none.
+func (a *Algorithm) Spec(limit tierlimit.Limit) string { return a.spec(limit) }

@@ -26,11 +26,20 @@ type Config struct {
 	Clock    tierlimit.Clock   // nil: the server's TIME
 	Observer *tierlimit.Observer
 
+	// LimitFunc, if not nil, gives each key its own limit in place of
+	// New's, per decision (AllowN, AllowAll, Settle); its zero Limit means
+	// New's. The extras apply to every key.
+	LimitFunc tierlimit.LimitFunc
+
 	// Hold, if not zero, gives a TokenBucket a ledger of the tokens leased
 	// to holders (Claim.Holder), kept Hold after a holder's last grant:
 	// the bucket refills only up to its capacity minus what they hold, so
 	// holders spending leased tokens admit what one bucket would. Between
-	// 1 ms and two hours; one limit only.
+	// 1 ms and two hours; one limit only. Claims and refunds under a
+	// Claim.Limit or Refund.Limit other than the default are supported:
+	// a bucket written under another limit is refilled under it (to its
+	// capacity less what the ledger holds) and keeps its tokens, capped at
+	// the new capacity. AllowAll and Settle are not (tierlimit.ErrInvalidOption).
 	Hold time.Duration
 }
 

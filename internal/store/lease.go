@@ -21,6 +21,13 @@ type Claim struct {
 	Want   int64 // most tokens to take; Min <= Want <= capacity
 	Refund int64 // tokens returned first; 0 <= Refund <= capacity
 
+	// Limit is the key's limit, for a Limiter serving keys of many limits:
+	// the zero Limit means the Limiter's default (New's limit, whatever
+	// Config.LimitFunc says). The extras (Config.Extra) apply too. A
+	// bucket written under another limit keeps its tokens, capped at this
+	// one's capacity.
+	Limit tierlimit.Limit
+
 	// A bucket with a ledger (Config.Hold) records what each holder
 	// holds, and needs the next three fields (and Refund 0: use Refund to
 	// give back); any other bucket needs them zero.
@@ -42,36 +49,42 @@ type Claim struct {
 // Min, with Remaining the tokens left in Redis and RetryAfter the wait until
 // Min are available. Granted tokens are debited in Redis before Lease returns.
 func (l *Limiter) Lease(ctx context.Context, key string, c Claim) (int64, tierlimit.Result, error) {
-	if err := l.checkClaim(key, c); err != nil {
+	p, err := l.checkClaim(key, c)
+	if err != nil {
 		return 0, tierlimit.Result{}, err
 	}
 	start := l.start()
-	res, granted, err := l.run(ctx, key, l.claimArgs(c))
+	res, granted, err := l.run(ctx, l.Keys(key), l.claimArgs(c, p), p.limits)
 	l.reportCall("claim", start, err)
 	return granted, res, err
 }
 
-func (l *Limiter) checkClaim(key string, c Claim) error {
+// checkClaim checks a claim and returns the plan of its limit.
+func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	if err := l.checkLease(); err != nil {
-		return err
+		return nil, err
 	}
-	if err := l.check(key, c.Want); err != nil {
-		return err
+	p, err := l.planFor(c.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("remote: claim's limit: %w", err)
 	}
-	if c.Min < 0 || c.Min > c.Want || c.Refund < 0 || c.Refund > l.maxN {
-		return fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
-			tierlimit.ErrInvalidCost, c, l.maxN)
+	if err := p.check(key, c.Want); err != nil {
+		return nil, err
+	}
+	if c.Min < 0 || c.Min > c.Want || c.Refund < 0 || c.Refund > p.maxN {
+		return nil, fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
+			tierlimit.ErrInvalidCost, c, p.maxN)
 	}
 	if l.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Refund != 0) {
-		return fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0 and Refund 0",
+		return nil, fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0 and Refund 0",
 			tierlimit.ErrInvalidCost, c)
 	}
-	return l.checkHolder(c.Holder, c.Gen)
+	return p, l.checkHolder(c.Holder, c.Gen)
 }
 
 // errNoLease is returned by Lease, LeaseBatch and Refund on an algorithm
 // other than the token bucket.
-var errNoLease = errors.New("remote: only a token bucket leases")
+var errNoLease = fmt.Errorf("%w: remote: only a token bucket leases", tierlimit.ErrInvalidOption)
 
 func (l *Limiter) checkLease() error {
 	if !l.alg.lease {
@@ -96,19 +109,27 @@ func (l *Limiter) checkHolder(holder string, gen int64) error {
 	return nil
 }
 
-// claimArgs returns the ARGV of claim c.
-func (l *Limiter) claimArgs(c Claim) []any {
-	head := []int64{c.Min, c.Want, c.Refund}
-	if !l.alg.holders {
-		return l.args(head)
+// claimArgs returns the ARGV of claim c under p.
+func (l *Limiter) claimArgs(c Claim, p *plan) []any {
+	if l.alg.holders {
+		return l.ledgerArgs(c, p, c.Gen, c.Held, c.Holder)
 	}
-	return l.argsTail(head, []any{c.Gen, c.Held, c.Holder})
+	return l.args(modeDecide, c.Want, c.Refund, p, c.Min)
+}
+
+// ledgerArgs returns the ARGV of ledger.lua for claim c's Min, Want and
+// Refund under p (one limit), by holder.
+func (l *Limiter) ledgerArgs(c Claim, p *plan, gen, held int64, holder string) []any {
+	return []any{l.now(), c.Min, c.Want, c.Refund, p.specs[0], l.hold, gen, held, holder}
 }
 
 // Refund gives N unspent tokens back to Key.
 type Refund struct {
 	Key string
 	N   int64 // 0 < N <= capacity
+	// Limit is the key's limit, as Claim.Limit: the zero Limit means the
+	// Limiter's default. The bucket is filled up to its capacity at most.
+	Limit tierlimit.Limit
 	// ID, if not empty, makes the refund idempotent: Redis applies a
 	// refund of a given ID once, however many times it is sent within 30
 	// seconds. go-redis resends a command whose connection broke (up to
@@ -131,10 +152,16 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 	if err := l.checkLease(); err != nil {
 		return refunds, err
 	}
-	for _, r := range refunds {
-		if err := l.check(r.Key, r.N); err != nil {
+	plans := make([]*plan, len(refunds))
+	for i, r := range refunds {
+		p, err := l.planFor(r.Limit)
+		if err != nil {
+			return refunds, fmt.Errorf("remote: refund's limit: %w", err)
+		}
+		if err := p.check(r.Key, r.N); err != nil {
 			return refunds, err
 		}
+		plans[i] = p
 		if len(r.ID) > 64 {
 			return refunds, fmt.Errorf("%w: remote: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
 		}
@@ -151,11 +178,10 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 			// never names the state of any user key.
 			keys = append(keys, l.bases[0]+string(tag[:])+"}!"+r.ID)
 		}
-		head := []int64{0, 0, r.N}
 		if !l.alg.holders {
-			return keys, l.args(head)
+			return keys, l.args(modeDecide, 0, r.N, plans[i], 0)
 		}
-		return keys, l.argsTail(head, []any{r.Gen, -1, r.Holder})
+		return keys, l.ledgerArgs(Claim{Refund: r.N}, plans[i], r.Gen, -1, r.Holder)
 	})
 	var errs []error
 	for i, c := range cmds {
@@ -179,21 +205,24 @@ type Grant struct {
 // is sent.
 func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim) []Grant {
 	grants := make([]Grant, len(claims))
+	plans := make([]*plan, len(claims))
 	for i, c := range claims {
-		if err := l.checkClaim(keys[i], c); err != nil {
+		p, err := l.checkClaim(keys[i], c)
+		if err != nil {
 			for j := range grants {
 				grants[j].Err = err
 			}
 			return grants
 		}
+		plans[i] = p
 	}
 	cmds := l.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []any) {
-		return l.Keys(keys[i]), l.claimArgs(claims[i])
+		return l.Keys(keys[i]), l.claimArgs(claims[i], plans[i])
 	})
 	for i, c := range cmds {
 		reply, err := c.Slice()
 		if err == nil {
-			grants[i].Result, grants[i].Granted, err = l.result(reply)
+			grants[i].Result, grants[i].Granted, err = l.result(reply, plans[i].limits)
 		}
 		grants[i].Err = err
 	}

@@ -22,16 +22,25 @@ import (
 // Limiter runs one algorithm's script for some limits: key naming,
 // argument building, the script call and the reply. It is safe for
 // concurrent use.
+//
+// A key is decided under its limits, one entry each: position 0 holds the
+// default limit (New's) or, with Config.LimitFunc, the key's own; 1.. hold
+// Config.Extra. A limit's Redis keys are named by its position, and its
+// state records the limit it was written under (docs/operations.md).
 type Limiter struct {
-	rdb    redis.UniversalClient
-	alg    *Algorithm
-	limits []tierlimit.Limit
-	bases  []string // per key: prefix, algorithm, config hash, up to the hash tag
-	suffix []string // per key: what follows the user key
-	params []any    // per-limit ARGV, built once
-	clock  tierlimit.Clock
-	maxN   int64
-	tail   []any // ARGV after params of a call that names no holder (ledger.lua's)
+	rdb   redis.UniversalClient
+	alg   *Algorithm
+	def   *plan               // the default limit and the extras
+	fn    tierlimit.LimitFunc // nil: every key has the default
+	bases []string            // per position: prefix, algorithm, position, up to the hash tag
+	clock tierlimit.Clock
+	hold  int64 // a ledger's hold in µs (Config.Hold)
+
+	// cluster: keys in different slots need calls of their own (AllowAll).
+	cluster bool
+
+	// plans caches the plans of LimitFunc's answers (and Claim.Limit's).
+	plans planCache
 
 	// The observer's funcs (WithObserver), nil when not observed: the
 	// unobserved path reads no clock.
@@ -42,9 +51,9 @@ type Limiter struct {
 	// about once a minute from a call's goroutine.
 	watch *evict.Watch
 
-	// oneArgs is the ARGV of the most common call (server clock, n = 1),
-	// built once: go-redis copies ARGV and never changes it, so every
-	// call may share it.
+	// oneArgs is the ARGV of the most common call (server clock, n = 1,
+	// the default limits), built once: go-redis copies ARGV and never
+	// changes it, so every call may share it.
 	oneArgs []any
 }
 
@@ -61,6 +70,7 @@ func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg C
 		return nil, err
 	}
 	l.rdb = rdb
+	_, l.cluster = rdb.(*redis.ClusterClient)
 	var onEviction func(tierlimit.EvictionRisk)
 	if o := cfg.Observer; o != nil {
 		l.onDecision, l.onCall, onEviction = o.Decision, o.RedisCall, o.Eviction
@@ -95,34 +105,35 @@ func build(alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) 
 		cfg.Prefix = DefaultPrefix
 	}
 	if cfg.Hold != 0 {
-		alg = ledger(cfg.Hold)
+		alg = ledger()
 	}
-	l := &Limiter{alg: alg, clock: cfg.Clock, limits: append([]tierlimit.Limit{limit}, cfg.Extra...)}
-	if alg.holders {
-		l.tail = noHolder
+	l := &Limiter{alg: alg, clock: cfg.Clock, fn: cfg.LimitFunc, hold: cfg.Hold.Microseconds()}
+	limits := append([]tierlimit.Limit{limit}, cfg.Extra...)
+	for i, lim := range limits {
+		if err := alg.check(lim); err != nil {
+			return nil, err
+		}
+		l.bases = append(l.bases, cfg.Prefix+alg.name+":"+strconv.Itoa(i)+":{")
 	}
-	l.maxN = -1
-	for _, lim := range l.limits {
-		if err := lim.Validate(); err != nil {
-			return nil, fmt.Errorf("remote: %s: %w", alg.name, err)
-		}
-		if alg.validate != nil {
-			if err := alg.validate(lim); err != nil {
-				return nil, fmt.Errorf("remote: %s: %w", alg.name, err)
-			}
-		}
-		if c := alg.capacity(lim); l.maxN < 0 || c < l.maxN {
-			l.maxN = c
-		}
-		l.params = append(l.params, alg.params(lim)...)
-		base := cfg.Prefix + alg.name + ":" + configHash(alg.name, lim) + ":{"
-		for _, s := range alg.keys {
-			l.bases = append(l.bases, base)
-			l.suffix = append(l.suffix, s)
-		}
+	l.def = l.newPlan(limits)
+	if !alg.holders {
+		l.oneArgs = l.args(modeDecide, 0, 0, l.def, 1)
 	}
-	l.oneArgs = l.args(l.head(1))
 	return l, nil
+}
+
+// check reports whether lim is a valid limit for the algorithm: an error
+// wrapping tierlimit.ErrInvalidLimit if not.
+func (a *Algorithm) check(lim tierlimit.Limit) error {
+	if err := lim.Validate(); err != nil {
+		return fmt.Errorf("remote: %s: %w", a.name, err)
+	}
+	if a.validate != nil {
+		if err := a.validate(lim); err != nil {
+			return fmt.Errorf("remote: %s: %w", a.name, err)
+		}
+	}
+	return nil
 }
 
 // evictionCheckTimeout bounds a reading of the server's eviction settings.
@@ -155,25 +166,30 @@ func (l *Limiter) redisErr(op string, err error) error {
 	return fmt.Errorf("remote: %s: %w", op, err)
 }
 
-// args builds ARGV: the clock, head, then the limits' parameters.
-func (l *Limiter) args(head []int64) []any { return l.argsTail(head, l.tail) }
+// The scripts' modes (ARGV[2]): decide all-or-nothing, or settle.
+const (
+	modeDecide = "0"
+	modeSettle = "1"
+)
 
-// argsTail is args with tail after the params, instead of l.tail.
-func (l *Limiter) argsTail(head []int64, tail []any) []any {
-	args := make([]any, 0, 1+len(head)+len(l.params)+len(tail))
-	args = append(args, l.now())
-	for _, h := range head {
-		args = append(args, h)
+// args builds the ARGV of a call over the entries of one key under p,
+// each of cost n (for the token bucket, want and refund are its lease's).
+func (l *Limiter) args(mode string, want, refund int64, p *plan, n int64) []any {
+	args := l.head(mode, want, refund, len(p.limits))
+	for _, spec := range p.specs {
+		args = append(args, n, spec)
 	}
-	return append(append(args, l.params...), tail...)
+	return args
 }
 
-// configHash names a limit's configuration in its keys, so that changing a
-// limit never reads state written under another.
-func configHash(alg string, l tierlimit.Limit) string {
-	s := alg + "/" + strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(l.PeriodMicros(), 10) +
-		"/" + strconv.FormatInt(l.Capacity(), 10)
-	return strconv.FormatUint(xxhash.Sum64String(s)&0xffffffff, 36)
+// head returns the ARGV up to the entries, with room for entries of them.
+func (l *Limiter) head(mode string, want, refund int64, entries int) []any {
+	args := make([]any, 0, 4+2*entries)
+	args = append(args, l.now(), mode)
+	if l.alg.lease {
+		args = append(args, want, refund)
+	}
+	return args
 }
 
 // keyTag is the Cluster hash tag of a user key: a hash, so that no byte of the
@@ -189,13 +205,19 @@ func keyTag(key string) [16]byte {
 	return tag
 }
 
-// Keys returns the Redis keys of a user key, in script order. It does not
-// check the key.
+// Keys returns the Redis keys of a user key, in script order: for each
+// limit by position, the algorithm's keys. It does not check the key.
 func (l *Limiter) Keys(key string) []string {
+	return l.appendKeys(make([]string, 0, len(l.bases)*len(l.alg.keys)), key)
+}
+
+// appendKeys appends the Redis keys of a user key to keys.
+func (l *Limiter) appendKeys(keys []string, key string) []string {
 	tag := keyTag(key)
-	keys := make([]string, len(l.bases))
-	for i, b := range l.bases {
-		keys[i] = b + string(tag[:]) + "}:" + key + l.suffix[i]
+	for _, b := range l.bases {
+		for _, s := range l.alg.keys {
+			keys = append(keys, b+string(tag[:])+"}:"+key+s)
+		}
 	}
 	return keys
 }
@@ -208,26 +230,12 @@ func (l *Limiter) now() int64 {
 	return l.clock.Now().UnixMicro()
 }
 
-// check validates a key and a cost.
-func (l *Limiter) check(key string, n int64) error {
-	if err := tierlimit.CheckKey(key); err != nil {
-		return err
-	}
-	if n < 0 || n > l.maxN {
-		return fmt.Errorf("%w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.maxN)
-	}
-	return nil
-}
-
 // AllowN reports whether n events may happen now for key, and charges them
 // if so. n == 0 peeks: it charges nothing and is always allowed, with
 // Remaining telling what is left.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if l.observed() {
 		return l.observedAllow(ctx, key, n)
-	}
-	if err := l.check(key, n); err != nil {
-		return tierlimit.Result{}, err
 	}
 	res, _, err := l.call(ctx, key, n)
 	return res, err
@@ -252,77 +260,46 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-func (l *Limiter) observed() bool { return l.onDecision != nil || l.onCall != nil }
-
-// observedAllow is AllowN when observed: it reports the Redis call and, if
-// it succeeded, the decision.
-func (l *Limiter) observedAllow(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	start := time.Now()
-	if err := l.check(key, n); err != nil {
-		return tierlimit.Result{}, err
-	}
-	res, _, err := l.call(ctx, key, n)
-	lat := time.Since(start)
-	if l.onCall != nil {
-		l.onCall(tierlimit.RedisCall{Op: "allow", Latency: lat, Err: err})
-	}
-	if err == nil && l.onDecision != nil {
-		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n, Latency: lat})
-	}
-	return res, err
-}
-
-// start returns the time a Redis call starts, for reportCall; the zero
-// time when no one observes calls. Latency is measured on the local
-// monotonic clock, whatever clock decides.
-func (l *Limiter) start() time.Time {
-	if l.onCall == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// reportCall reports a Redis call that began at start, if observed.
-func (l *Limiter) reportCall(op string, start time.Time, err error) {
-	if l.onCall != nil {
-		l.onCall(tierlimit.RedisCall{Op: op, Latency: time.Since(start), Err: err})
-	}
-}
-
-// call decides a cost of n for key and returns the result.
+// call decides a cost of n for key and returns the result, and the tokens
+// granted.
 func (l *Limiter) call(ctx context.Context, key string, n int64) (tierlimit.Result, int64, error) {
-	args := l.oneArgs
-	if l.clock != nil || n != 1 {
-		args = l.args(l.head(n))
+	p, err := l.prepare(key, n)
+	if err != nil {
+		return tierlimit.Result{}, 0, err
 	}
-	return l.run(ctx, key, args)
+	return l.decide(ctx, key, p, n)
 }
 
-// head returns the ARGV after the clock of a decision of cost n: the cost,
-// or for the token bucket a claim of exactly n with no refund.
-func (l *Limiter) head(n int64) []int64 {
-	if l.alg.lease {
-		return []int64{n, n, 0} // min, want, refund
+// decide decides a cost of n, checked, for key under p.
+func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int64) (tierlimit.Result, int64, error) {
+	var args []any
+	switch {
+	case l.alg.holders:
+		args = l.ledgerArgs(Claim{Min: n, Want: n}, p, 0, -1, "")
+	case p == l.def && l.clock == nil && n == 1:
+		args = l.oneArgs
+	default:
+		args = l.args(modeDecide, 0, 0, p, n)
 	}
-	return []int64{n}
+	return l.run(ctx, l.Keys(key), args, p.limits)
 }
 
-// run runs the script for key with ARGV args.
-func (l *Limiter) run(ctx context.Context, key string, args []any) (tierlimit.Result, int64, error) {
+// run runs the script on keys with ARGV args; limits are the entries'.
+func (l *Limiter) run(ctx context.Context, keys []string, args []any, limits []tierlimit.Limit) (tierlimit.Result, int64, error) {
 	l.checkEviction()
-	reply, err := l.alg.script.Run(ctx, l.rdb, l.Keys(key), args...).Slice()
+	reply, err := l.alg.script.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
 		return tierlimit.Result{}, 0, l.redisErr(l.alg.name, err)
 	}
-	return l.result(reply)
+	return l.result(reply, limits)
 }
 
-// result folds a script reply {allowed, granted, per limit: remaining,
-// retry_us, reset_us} into one Result: the most restrictive limit decides.
-func (l *Limiter) result(reply []any) (tierlimit.Result, int64, error) {
-	if len(reply) != 2+3*len(l.limits) {
+// result folds a script reply {allowed, granted, per entry: remaining,
+// retry_us, reset_us} into one Result: the most restrictive entry decides.
+func (l *Limiter) result(reply []any, limits []tierlimit.Limit) (tierlimit.Result, int64, error) {
+	if len(reply) != 2+3*len(limits) {
 		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: reply of %d values, want %d",
-			l.alg.name, len(reply), 2+3*len(l.limits))
+			l.alg.name, len(reply), 2+3*len(limits))
 	}
 	at := func(i int) int64 {
 		v, _ := reply[i].(int64) // the scripts reply integers only
@@ -330,7 +307,7 @@ func (l *Limiter) result(reply []any) (tierlimit.Result, int64, error) {
 	}
 	res := tierlimit.Result{Allowed: at(0) == 1, Source: tierlimit.SourceRemote, Remaining: -1}
 	var worstRetry int64 = -1
-	for i, lim := range l.limits {
+	for i, lim := range limits {
 		rem := min(max(at(2+3*i), 0), l.alg.capacity(lim))
 		retry, reset := max(at(3+3*i), 0), max(at(4+3*i), 0)
 		if res.Allowed && (res.Remaining < 0 || rem < res.Remaining) {

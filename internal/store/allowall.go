@@ -1,0 +1,193 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// errLedger is returned by AllowAll and Settle of a Limiter with a lease
+// ledger (Config.Hold): its script decides one key at a time.
+var errLedger = fmt.Errorf("%w: remote: AllowAll and Settle are not for a lease ledger", tierlimit.ErrInvalidOption)
+
+// group is the takes of one call: keys of one Cluster slot (every key, on
+// a single Redis).
+type group struct {
+	slot   int
+	takes  []tierlimit.Take
+	plans  []*plan
+	keys   []string          // KEYS: per take, the keys of its limits
+	limits []tierlimit.Limit // per entry: a take's key under one limit
+}
+
+// add adds take t under p to g.
+func (g *group) add(l *Limiter, t tierlimit.Take, p *plan) {
+	g.takes = append(g.takes, t)
+	g.plans = append(g.plans, p)
+	g.keys = l.appendKeys(g.keys, t.Key)
+	g.limits = append(g.limits, p.limits...)
+}
+
+// args returns the ARGV of g in mode, each entry's cost its take's N times
+// sign.
+func (g *group) args(l *Limiter, mode string, sign int64) []any {
+	args := l.head(mode, 0, 0, len(g.limits))
+	for i, t := range g.takes {
+		for _, spec := range g.plans[i].specs {
+			args = append(args, sign*t.N, spec)
+		}
+	}
+	return args
+}
+
+// AllowAll decides takes all-or-nothing: each take's key is charged its N
+// under each of the key's limits (its own, or the default, and the
+// extras) only if every one admits it; a refused call charges no key.
+// The Result is the most restrictive entry's: on admission the smallest
+// Remaining, on denial the largest RetryAfter of the call that refused.
+// It returns an error wrapping tierlimit.ErrInvalidKey or ErrInvalidCost
+// (tierlimit.MergeTakes, or a take above its key's capacity) before any
+// call.
+//
+// Keys in one Redis Cluster slot, and all keys on a single Redis, are
+// decided in one script call, atomically. Keys in several slots are
+// decided slot by slot, in the order of their slots; when a later slot's
+// call refuses, AllowAll gives back, before it returns, what the earlier
+// ones charged (the scripts' settle mode: capped at capacity, so a refill
+// meanwhile is not given twice). Other callers may see those charges
+// until then. If Redis fails on a give-back, the error says which keys
+// were left charged and by how much.
+func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
+	if l.alg.holders {
+		return tierlimit.Result{}, errLedger
+	}
+	groups, total, err := l.groups(takes)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
+	var start time.Time // read only when observed
+	if l.onDecision != nil {
+		start = time.Now()
+	}
+	res := tierlimit.Result{Allowed: true, Source: tierlimit.SourceRemote, Remaining: -1}
+	for i, g := range groups {
+		r, err := l.runGroup(ctx, "allow", g, g.args(l, modeDecide, 1))
+		if err == nil && r.Allowed {
+			res = fold(res, r)
+			continue
+		}
+		if undoErr := l.undo(ctx, groups[:i]); undoErr != nil {
+			err = errors.Join(err, undoErr)
+		}
+		if err != nil {
+			return tierlimit.Result{}, err
+		}
+		res = r
+		break
+	}
+	if l.onDecision != nil {
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: total,
+			Latency: time.Since(start), Limit: res.Limit})
+	}
+	return res, nil
+}
+
+// fold adds the admitting Result r of one group to res.
+func fold(res, r tierlimit.Result) tierlimit.Result {
+	if res.Remaining < 0 || r.Remaining < res.Remaining {
+		res.Remaining, res.Limit = r.Remaining, r.Limit
+	}
+	res.ResetAfter = max(res.ResetAfter, r.ResetAfter)
+	return res
+}
+
+// groups checks takes and returns them in groups of one call each, in
+// slot order, and the sum of their costs.
+func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
+	merged, err := tierlimit.MergeTakes(takes)
+	if err != nil {
+		return nil, 0, fmt.Errorf("remote: %w", err)
+	}
+	var groups []*group
+	var total int64
+	for _, t := range merged {
+		p, err := l.planOf(t.Key)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := p.checkCost(t.N); err != nil {
+			return nil, 0, fmt.Errorf("remote: take of key %q: %w", t.Key, err)
+		}
+		total += min(t.N, (1<<62)-total) // a sum for the observer only
+		slot := 0
+		if l.cluster {
+			tag := keyTag(t.Key)
+			slot = slotOf(string(tag[:]))
+		}
+		i := slices.IndexFunc(groups, func(g *group) bool { return g.slot == slot })
+		if i < 0 {
+			i = len(groups)
+			groups = append(groups, &group{slot: slot})
+		}
+		groups[i].add(l, t, p)
+	}
+	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
+	return groups, total, nil
+}
+
+// runGroup runs one call of g with ARGV args, reported to the observer as
+// op.
+func (l *Limiter) runGroup(ctx context.Context, op string, g *group, args []any) (tierlimit.Result, error) {
+	start := l.start()
+	res, _, err := l.run(ctx, g.keys, args, g.limits)
+	l.reportCall(op, start, err)
+	return res, err
+}
+
+// undo gives back what the admitted groups charged, each in one call. It
+// returns an error naming what it left charged.
+func (l *Limiter) undo(ctx context.Context, groups []*group) error {
+	var left []string
+	var errs []error
+	for _, g := range groups {
+		if _, err := l.runGroup(ctx, "settle", g, g.args(l, modeSettle, -1)); err != nil {
+			errs = append(errs, err)
+			for _, t := range g.takes {
+				left = append(left, fmt.Sprintf("%q by %d", t.Key, t.N))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("remote: AllowAll refused, and giving back its charges failed, leaving charged %s: %w",
+		strings.Join(left, ", "), errors.Join(errs...))
+}
+
+// Settle corrects a charge of key after the fact: the key was charged
+// charged and really used used. The difference is given back (charged >
+// used; up to full at most) or taken (used > charged; down to empty at
+// most, never denied) under each of the key's limits, in one round trip.
+// Both must be between 0 and the key's capacity (ErrInvalidCost). The
+// Result is Allowed, with Remaining after the correction.
+func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
+	if l.alg.holders {
+		return tierlimit.Result{}, errLedger
+	}
+	p, err := l.prepare(key, charged)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
+	if err := p.checkCost(used); err != nil {
+		return tierlimit.Result{}, err
+	}
+	start := l.start()
+	res, _, err := l.run(ctx, l.Keys(key), l.args(modeSettle, 0, 0, p, used-charged), p.limits)
+	l.reportCall("settle", start, err)
+	return res, err
+}

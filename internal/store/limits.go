@@ -1,0 +1,123 @@
+package store
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+// Per-key limits: a key is decided under a plan, its limits by position
+// (the key's own or the default at 0, the extras after) with their specs.
+
+// plan is the limits a key is decided under. A plan never changes once
+// built.
+type plan struct {
+	limits []tierlimit.Limit
+	specs  []string // per limit: the ARGV spec (Algorithm.spec)
+	maxN   int64    // the largest cost one call may ask: the smallest capacity
+}
+
+// newPlan returns the plan of limits, which are valid.
+func (l *Limiter) newPlan(limits []tierlimit.Limit) *plan {
+	p := &plan{limits: limits, maxN: -1}
+	for _, lim := range limits {
+		p.specs = append(p.specs, l.alg.spec(lim))
+		if c := l.alg.capacity(lim); p.maxN < 0 || c < p.maxN {
+			p.maxN = c
+		}
+	}
+	return p
+}
+
+// check validates a key and a cost under p.
+func (p *plan) check(key string, n int64) error {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	return p.checkCost(n)
+}
+
+func (p *plan) checkCost(n int64) error {
+	if n < 0 || n > p.maxN {
+		return fmt.Errorf("%w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, p.maxN)
+	}
+	return nil
+}
+
+// prepare returns the plan of key, with key and n checked against it.
+func (l *Limiter) prepare(key string, n int64) (*plan, error) {
+	p, err := l.planOf(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.check(key, n); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// planOf returns the plan of key: the default's, or with Config.LimitFunc
+// the plan of its answer. A bad answer is an error wrapping
+// tierlimit.ErrInvalidLimit.
+func (l *Limiter) planOf(key string) (*plan, error) {
+	if l.fn == nil {
+		return l.def, nil
+	}
+	p, err := l.planFor(l.fn(key))
+	if err != nil {
+		return nil, fmt.Errorf("remote: limit of key %q: %w", key, err)
+	}
+	return p, nil
+}
+
+// planFor returns the plan whose position 0 is lim (the zero Limit: the
+// default), building and caching it on first use.
+func (l *Limiter) planFor(lim tierlimit.Limit) (*plan, error) {
+	if lim == (tierlimit.Limit{}) || lim == l.def.limits[0] {
+		return l.def, nil
+	}
+	if p := l.plans.get(lim); p != nil {
+		return p, nil
+	}
+	if err := l.alg.check(lim); err != nil {
+		return nil, err
+	}
+	limits := append([]tierlimit.Limit{lim}, l.def.limits[1:]...)
+	p := l.newPlan(limits)
+	l.plans.put(lim, p)
+	return p, nil
+}
+
+// maxPlans bounds planCache: the limits a LimitFunc answers are a few
+// plans, not one per key; past the bound the cache starts over.
+const maxPlans = 1024
+
+// planCache holds the plans of limits other than the default. The zero
+// value is empty and ready. It is safe for concurrent use.
+type planCache struct {
+	mu sync.Mutex
+	m  map[tierlimit.Limit]*plan
+}
+
+func (c *planCache) get(lim tierlimit.Limit) *plan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[lim]
+}
+
+func (c *planCache) put(lim tierlimit.Limit, p *plan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxPlans {
+		c.m = make(map[tierlimit.Limit]*plan)
+	}
+	c.m[lim] = p
+}
+
+// Check returns the error AllowN(key, n) would return for bad input: a bad
+// key, a bad limit from Config.LimitFunc, or a cost outside [0, capacity].
+func (l *Limiter) Check(key string, n int64) error {
+	_, err := l.prepare(key, n)
+	return err
+}

@@ -1,0 +1,134 @@
+package remote_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// stepClock is a client clock the examples step by hand, so that they
+// print the same on every run.
+type stepClock struct{ t time.Time }
+
+func (c *stepClock) Now() time.Time { return c.t }
+
+// redisForExample starts an in-memory Redis for the examples; use your own
+// *redis.Client or *redis.ClusterClient.
+func redisForExample() (*redis.Client, func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	return rdb, func() { rdb.Close(); m.Close() }
+}
+
+// Tenants on plans: one limiter, each key at its plan's limit. A plan
+// upgrade keeps the key's state: a drained key is not refilled by it.
+func ExampleWithLimitFunc() {
+	rdb, done := redisForExample()
+	defer done()
+	ctx := context.Background()
+	clock := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	plans := map[string]tierlimit.Limit{"acme": tierlimit.PerSecond(100)}
+	lim, err := remote.NewTokenBucket(rdb, tierlimit.PerSecond(10), // the default plan
+		remote.WithClientClock(clock),
+		remote.WithLimitFunc(func(key string) tierlimit.Limit { return plans[key] }))
+	if err != nil {
+		panic(err)
+	}
+	for _, key := range []string{"acme", "initech"} {
+		r, _ := lim.AllowN(ctx, key, 0)
+		fmt.Printf("%s: %d of %v\n", key, r.Remaining, r.Limit)
+	}
+	lim.AllowN(ctx, "initech", 10)               // drained
+	plans["initech"] = tierlimit.PerSecond(1000) // upgraded (set before any concurrent use in real code)
+	r, _ := lim.AllowN(ctx, "initech", 0)
+	fmt.Printf("initech upgraded: %d of %v\n", r.Remaining, r.Limit)
+	clock.t = clock.t.Add(10 * time.Millisecond)
+	r, _ = lim.AllowN(ctx, "initech", 0)
+	fmt.Printf("10 ms later: %d\n", r.Remaining)
+	// Output:
+	// acme: 100 of 100/1s
+	// initech: 10 of 10/1s
+	// initech upgraded: 0 of 1000/1s
+	// 10 ms later: 10
+}
+
+// A user's request counts against the user's limit and the user's
+// organization's: both or neither.
+func ExampleTokenBucket_AllowAll() {
+	rdb, done := redisForExample()
+	defer done()
+	ctx := context.Background()
+	lim, err := remote.NewTokenBucket(rdb, tierlimit.PerMinute(3), remote.WithClientClock(&stepClock{t: time.Unix(1_700_000_000, 0)}),
+		remote.WithLimitFunc(func(key string) tierlimit.Limit {
+			if key == "org:7" {
+				return tierlimit.PerMinute(4)
+			}
+			return tierlimit.Limit{}
+		}))
+	if err != nil {
+		panic(err)
+	}
+	for _, user := range []string{"user:1", "user:1", "user:1", "user:2", "user:2"} {
+		r, _ := lim.AllowAll(ctx, tierlimit.Take{Key: user, N: 1}, tierlimit.Take{Key: "org:7", N: 1})
+		fmt.Println(user, r.Allowed)
+	}
+	r, _ := lim.AllowN(ctx, "user:2", 0)
+	fmt.Println("user:2 has", r.Remaining, "left: the refusal charged nothing")
+	// Output:
+	// user:1 true
+	// user:1 true
+	// user:1 true
+	// user:2 true
+	// user:2 false
+	// user:2 has 2 left: the refusal charged nothing
+}
+
+// Wait for the limit rather than refuse, but not past the context's
+// deadline.
+func ExampleTokenBucket_WaitN() {
+	rdb, done := redisForExample()
+	defer done()
+	lim, err := remote.NewTokenBucket(rdb, tierlimit.PerSecond(1))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r, err := lim.WaitN(ctx, "job", 1)
+	fmt.Println(r.Allowed, err)
+	_, err = lim.WaitN(ctx, "job", 1) // the next token comes in a second
+	fmt.Println(errors.Is(err, tierlimit.ErrWaitDeadline))
+	// Output:
+	// true <nil>
+	// true
+}
+
+// Charge an LLM request its estimated tokens, then settle to what it used.
+func ExampleTokenBucket_Settle() {
+	rdb, done := redisForExample()
+	defer done()
+	ctx := context.Background()
+	lim, err := remote.NewTokenBucket(rdb, tierlimit.PerMinute(10_000),
+		remote.WithClientClock(&stepClock{t: time.Unix(1_700_000_000, 0)}))
+	if err != nil {
+		panic(err)
+	}
+	const estimate = 4000
+	r, _ := lim.AllowN(ctx, "tenant:9", estimate)
+	fmt.Println("after the estimate:", r.Remaining)
+	used := int64(1500) // from the response
+	r, _ = lim.Settle(ctx, "tenant:9", estimate, used)
+	fmt.Println("after settling:", r.Remaining)
+	// Output:
+	// after the estimate: 6000
+	// after settling: 8500
+}
