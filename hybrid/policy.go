@@ -18,6 +18,7 @@ type policy struct {
 	limit              tierlimit.Limit
 	capacity           int64
 	minLease, maxLease int64
+	own                tierlimit.Limit // limit, for a key's own; zero for the default (store's Claim.Limit)
 }
 
 // newPolicy returns limit's policy under cfg's lease bounds: the
@@ -81,6 +82,7 @@ func (l *Limiter) policyOf(key string) (*policy, error) {
 		return nil, fmt.Errorf("hybrid: limit of key %q: %w", key, err)
 	}
 	p = newPolicy(limit, &l.cfg)
+	p.own = limit
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if q, ok := ps.byLimit[limit]; ok {
@@ -115,11 +117,11 @@ func (l *Limiter) shareOf(p *policy) tierlimit.Limit {
 
 // claim returns a claim of between lo and want tokens under p's limit.
 func (p *policy) claim(lo, want int64) store.Claim {
-	return store.Claim{Min: lo, Want: want}
+	return store.Claim{Min: lo, Want: want, Limit: p.own}
 }
 
 // refund returns a refund of n tokens to key's bucket under p's limit,
 // applied once (id).
 func (p *policy) refund(key string, n int64, id string) store.Refund {
-	return store.Refund{Key: key, N: n, ID: id}
+	return store.Refund{Key: key, N: n, ID: id, Limit: p.own}
 }
