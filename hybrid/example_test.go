@@ -22,18 +22,18 @@ func exampleRedis() (*redis.Client, func()) {
 	return rdb, func() { rdb.Close(); m.Close() }
 }
 
-// Keys of tenants on the pro plan get 100 a second, the others the
+// Keys of tenants on the pro plan get 100 an hour, the others the
 // default, 10.
 func ExampleWithLimitFunc() {
 	rdb, done := exampleRedis()
 	defer done()
 	plans := func(key string) tierlimit.Limit {
 		if strings.HasPrefix(key, "pro:") {
-			return tierlimit.PerSecond(100)
+			return tierlimit.PerHour(100)
 		}
 		return tierlimit.Limit{} // the default
 	}
-	lim, err := hybrid.New(rdb, tierlimit.PerSecond(10), hybrid.WithLimitFunc(plans))
+	lim, err := hybrid.New(rdb, tierlimit.PerHour(10), hybrid.WithLimitFunc(plans))
 	if err != nil {
 		panic(err)
 	}
@@ -50,8 +50,8 @@ func ExampleWithLimitFunc() {
 		fmt.Printf("%s: %d admitted at once, limit %v\n", key, admitted, res.Limit)
 	}
 	// Output:
-	// free:1: 10 admitted at once, limit 10/1s
-	// pro:2: 100 admitted at once, limit 100/1s
+	// free:1: 10 admitted at once, limit 10/1h0m0s
+	// pro:2: 100 admitted at once, limit 100/1h0m0s
 }
 
 // A request takes from its user's key and its org's, or from neither.
