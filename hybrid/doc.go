@@ -44,5 +44,13 @@
 // noeviction) is not an outage: New and AllowN report
 // tierlimit.ErrMisconfigured.
 //
+// Many tenants share one Limiter (one cache, one set of goroutines, one
+// heartbeat): WithLimitFunc gives each key its own limit, asked when the
+// key claims a lease, so that a changed answer (a plan upgrade) applies
+// within one lease TTL and the key keeps its state in Redis. AllowAll
+// spends several keys' leases, all or nothing; WaitN waits in line for a
+// key's tokens; Settle corrects a charge after the fact, through the
+// key's lease when it can.
+//
 // docs/design.md states the guarantees with their proofs and bounds.
 package hybrid
