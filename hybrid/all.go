@@ -17,7 +17,8 @@ import (
 // every key admits its take, and then takes them all; a refused call takes
 // from no key. Takes of one key are added up. The Result is the most
 // restrictive take's: when admitted, the one with the fewest Remaining;
-// when denied, the one with the longest RetryAfter.
+// when denied, the one with the longest RetryAfter. Stats counts one
+// decision, under the first take's limit.
 //
 // The takes are spent from the keys' leases, all of them or none (a lease
 // that gave its part to a call another lease then refused gets it back at
@@ -65,10 +66,10 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			entries[i], _ = l.lookup(t.Key)
 		}
 		if res, ok := l.spendAll(entries, takes); ok {
-			return l.record(res, entries[0].stripe), nil
+			return l.record(pols[0], res, entries[0].stripe), nil
 		}
 		if res, ok := l.blockedAny(entries, takes); ok {
-			return l.record(res, 0), nil
+			return l.record(pols[0], res, 0), nil
 		}
 		if l.brk.open() {
 			return l.fallAll(takes, pols)
@@ -90,14 +91,14 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 				return tierlimit.Result{}, err
 			}
 			if res, ok := l.blocked(e, t.N, tierlimit.SourceRemote); ok {
-				return l.record(res, 0), nil
+				return l.record(pols[0], res, 0), nil
 			}
 		}
 		if err := ctx.Err(); err != nil {
 			return tierlimit.Result{}, err
 		}
 	}
-	return l.record(pols[0].denial(pols[0].limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
+	return l.record(pols[0], pols[0].denial(pols[0].limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
 }
 
 // spendAll takes every take from its entry's lease, or none: a lease that
@@ -154,7 +155,7 @@ func (l *Limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.R
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}
-	return l.record(pols[0].denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
+	return l.record(pols[0], pols[0].denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
 }
 
 // fallAll decides an AllowAll while Redis cannot be reached: the failure
@@ -166,9 +167,9 @@ func (l *Limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 	}
 	switch l.cfg.failureMode {
 	case FailOpen:
-		return l.record(tierlimit.Result{Allowed: true, Limit: pols[0].limit, Source: tierlimit.SourceFallback}, 0), nil
+		return l.record(pols[0], tierlimit.Result{Allowed: true, Limit: pols[0].limit, Source: tierlimit.SourceFallback}, 0), nil
 	case FailClosed:
-		return l.record(pols[0].denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
+		return l.record(pols[0], pols[0].denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
 	}
 	now := l.cfg.clock.Now()
 	// The buckets are locked in key order, so that AllowAlls sharing keys
@@ -199,5 +200,5 @@ func (l *Limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 			}
 		}
 	}
-	return l.record(res, 0), nil
+	return l.record(pols[0], res, 0), nil
 }

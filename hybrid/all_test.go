@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +144,37 @@ func TestAllowAllFallback(t *testing.T) {
 	eb, _ := l.lookup("b")
 	if got, want := ea.owed.Load()+eb.owed.Load(), int64(3+3+1+2); got != want {
 		t.Errorf("owed %d after the fallback admitted 9 tokens, want %d", got, want)
+	}
+}
+
+// TestStatsByLimit counts each key's decisions under its own limit, the
+// default's being what the others leave, local decisions included.
+func TestStatsByLimit(t *testing.T) {
+	e := newEnv(t)
+	pro := tierlimit.PerHour(50)
+	l := e.limiter(t, tierlimit.PerHour(10), WithLimitFunc(func(key string) tierlimit.Limit {
+		if strings.HasPrefix(key, "pro") {
+			return pro
+		}
+		return tierlimit.Limit{}
+	}))
+	for i := 0; i < 60; i++ {
+		if _, err := l.Allow(e.ctx, "pro1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Allow(e.ctx, "free1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := l.Stats()
+	want := []LimitStats{
+		{Limit: tierlimit.PerHour(10), Allowed: 10, Denied: 50},
+		{Limit: pro, Allowed: 50, Denied: 10},
+	}
+	if fmt.Sprint(s.Limits) != fmt.Sprint(want) {
+		t.Errorf("Stats.Limits = %+v, want %+v", s.Limits, want)
+	}
+	if s.Allowed != 60 || s.Denied != 60 {
+		t.Errorf("Stats: %d allowed, %d denied; want 60, 60", s.Allowed, s.Denied)
 	}
 }

@@ -50,7 +50,7 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 				return res, nil
 			}
 			if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-				return l.record(res, e.stripe), nil
+				return l.record(e.policy(), res, e.stripe), nil
 			}
 		}
 		e, err := l.shared(ctx, key, h, p, n, expiry)
@@ -64,14 +64,14 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 			return res, nil
 		}
 		if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-			return l.record(res, e.stripe), nil
+			return l.record(e.policy(), res, e.stripe), nil
 		}
 		if err := ctx.Err(); err != nil {
 			return tierlimit.Result{}, err
 		}
 	}
 	// Other callers keep taking what is claimed: deny this one briefly.
-	return l.record(p.denial(p.limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
+	return l.record(p, p.denial(p.limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
 }
 
 // expiry returns a func whose channel is closed when the call budget has

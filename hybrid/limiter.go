@@ -224,7 +224,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Re
 			return res, nil
 		}
 		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
-			return l.record(res, e.stripe), nil
+			return l.record(e.policy(), res, e.stripe), nil
 		}
 	}
 	// The slow path is a call in flight, which Close waits for.

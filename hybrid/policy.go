@@ -19,6 +19,7 @@ type policy struct {
 	capacity           int64
 	minLease, maxLease int64
 	own                tierlimit.Limit // limit, for a key's own; zero for the default (store's Claim.Limit)
+	counts             *policyCounts   // decisions under a key's own limit (Stats.Limits); nil for the default's
 }
 
 // newPolicy returns limit's policy under cfg's lease bounds: the
@@ -89,6 +90,7 @@ func (l *Limiter) policyOf(key string) (*policy, error) {
 		return q, nil
 	}
 	if len(ps.byLimit) < maxPolicies {
+		p.counts = new(policyCounts)
 		ps.byLimit[limit] = p
 	}
 	return p, nil

@@ -37,7 +37,7 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 	if src == tierlimit.SourceLocal {
 		l.countLocal(e)
 	} else {
-		l.tally(src, true, e.stripe)
+		l.tally(pol, src, true, e.stripe)
 	}
 	return tierlimit.Result{
 		Allowed:    true,
@@ -97,7 +97,7 @@ func (l *Limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Re
 	case err != nil:
 		return l.fall(ctx, key, p, 0)
 	}
-	return l.record(res, 0), nil
+	return l.record(p, res, 0), nil
 }
 
 // missed decides a call whose claim failed or ran past the call budget.
@@ -116,13 +116,13 @@ func (l *Limiter) missed(ctx context.Context, key string, p *policy, n int64) (t
 			return res, nil
 		}
 		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
-			return l.record(res, e.stripe), nil
+			return l.record(e.policy(), res, e.stripe), nil
 		}
 	}
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}
-	return l.record(p.denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
+	return l.record(p, p.denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
 }
 
 // fall decides while Redis cannot be reached: a lease still held is spent
@@ -139,9 +139,9 @@ func (l *Limiter) fall(ctx context.Context, key string, p *policy, n int64) (tie
 	}
 	switch l.cfg.failureMode {
 	case FailOpen:
-		return l.record(tierlimit.Result{Allowed: true, Limit: p.limit, Source: tierlimit.SourceFallback}, 0), nil
+		return l.record(p, tierlimit.Result{Allowed: true, Limit: p.limit, Source: tierlimit.SourceFallback}, 0), nil
 	case FailClosed:
-		return l.record(p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
+		return l.record(p, p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
 	}
 	now := l.cfg.clock.Now()
 	e := l.entry(key, p)
@@ -150,7 +150,7 @@ func (l *Limiter) fall(ctx context.Context, key string, p *policy, n int64) (tie
 		// follow one more debt (G6), and a bucket forgotten at every call
 		// would admit without bound (G1). Deny, as a key known to be
 		// blocked is.
-		return l.record(p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), e.stripe), nil
+		return l.record(p, p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), e.stripe), nil
 	}
 	fb := l.fallbackOf(e, now)
 	res := fb.lim.Decide(now, n)
@@ -161,7 +161,7 @@ func (l *Limiter) fall(ctx context.Context, key string, p *policy, n int64) (tie
 			l.keys.keep(e) // after the Add: see table.forget
 		}
 	}
-	return l.record(res, e.stripe), nil
+	return l.record(e.policy(), res, e.stripe), nil
 }
 
 // fallback is a key's bucket while the breaker is open (mode FailFallback):

@@ -1,6 +1,8 @@
 package hybrid
 
 import (
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/tierlimit/tierlimit"
@@ -33,6 +35,12 @@ type Stats struct {
 	// last read: at New, then about once a minute while leases are
 	// claimed.
 	Eviction tierlimit.EvictionRisk
+
+	// Limits are the decisions by the limit of their key (WithLimitFunc):
+	// the default's first, then each other limit's, by name, for the
+	// first 1,024 limits seen; decisions under later ones count with the
+	// default's. Without WithLimitFunc, the default's only.
+	Limits []LimitStats
 }
 
 // counters are the live counters behind Stats, besides the decision
@@ -72,6 +80,7 @@ func (l *Limiter) Stats() Stats {
 	s.FallbackLimit = *l.share.Load()
 	s.ChargedBack = l.stats.chargedBack.Load()
 	s.Eviction = l.bucket.Eviction()
+	s.Limits = l.limitStats(s.Allowed, s.Denied)
 	return s
 }
 
@@ -86,9 +95,10 @@ func (l *Limiter) count(s tierlimit.Source) int64 {
 	return n
 }
 
-// record counts a decision in stripe (an entry's, or 0 off the hot path).
-func (l *Limiter) record(res tierlimit.Result, stripe uint8) tierlimit.Result {
-	l.tally(res.Source, res.Allowed, stripe)
+// record counts a decision under policy p in stripe (an entry's, or 0 off
+// the hot path).
+func (l *Limiter) record(p *policy, res tierlimit.Result, stripe uint8) tierlimit.Result {
+	l.tally(p, res.Source, res.Allowed, stripe)
 	return res
 }
 
@@ -106,10 +116,14 @@ func (l *Limiter) countLocal(e *entry) {
 	}
 }
 
-// harvest adds e's uncounted local decisions to the limiter's count.
+// harvest adds e's uncounted local decisions to the limiter's count, and
+// to its policy's.
 func (l *Limiter) harvest(e *entry) {
 	if n := e.local.Swap(0); n > 0 {
 		l.decided[e.stripe%decisionStripes].n[tierlimit.SourceLocal][1].Add(n)
+		if c := e.policy().counts; c != nil {
+			c[e.stripe%decisionStripes].n[1].Add(n)
+		}
 	}
 }
 
@@ -127,12 +141,57 @@ func (l *Limiter) forget(e *entry) {
 	}
 }
 
-// tally counts a decision from src in stripe. The hot path calls it rather
-// than record, which copies the Result in and out (BenchmarkAllowLease).
-func (l *Limiter) tally(src tierlimit.Source, allowed bool, stripe uint8) {
+// tally counts a decision from src under policy p in stripe. The hot path
+// calls it rather than record, which copies the Result in and out
+// (BenchmarkAllowLease).
+func (l *Limiter) tally(p *policy, src tierlimit.Source, allowed bool, stripe uint8) {
 	i := 0
 	if allowed {
 		i = 1
 	}
 	l.decided[stripe%decisionStripes].n[src][i].Add(1)
+	if p.counts != nil {
+		p.counts[stripe%decisionStripes].n[i].Add(1)
+	}
+}
+
+// policyCounts are a limit's decisions (WithLimitFunc), denied and
+// allowed, striped as the limiter's are.
+type policyCounts [decisionStripes]struct {
+	n [2]atomic.Int64
+	_ [48]byte
+}
+
+// LimitStats are the decisions made under one limit (Stats.Limits).
+type LimitStats struct {
+	Limit           tierlimit.Limit
+	Allowed, Denied int64
+}
+
+// limitStats returns the decisions by limit, the default's first, given
+// the totals: the default's are what the other limits leave.
+func (l *Limiter) limitStats(allowed, denied int64) []LimitStats {
+	if l.cfg.limitFunc == nil {
+		return []LimitStats{{Limit: l.limit, Allowed: allowed, Denied: denied}}
+	}
+	l.pols.mu.RLock()
+	pols := make([]*policy, 0, len(l.pols.byLimit))
+	for _, p := range l.pols.byLimit {
+		pols = append(pols, p)
+	}
+	l.pols.mu.RUnlock()
+	out := make([]LimitStats, 1, 1+len(pols))
+	for _, p := range pols {
+		ls := LimitStats{Limit: p.limit}
+		for i := range p.counts {
+			ls.Denied += p.counts[i].n[0].Load()
+			ls.Allowed += p.counts[i].n[1].Load()
+		}
+		allowed -= ls.Allowed
+		denied -= ls.Denied
+		out = append(out, ls)
+	}
+	slices.SortFunc(out[1:], func(a, b LimitStats) int { return strings.Compare(a.Limit.String(), b.Limit.String()) })
+	out[0] = LimitStats{Limit: l.limit, Allowed: max(0, allowed), Denied: max(0, denied)}
+	return out
 }
