@@ -178,3 +178,36 @@ func TestStatsByLimit(t *testing.T) {
 		t.Errorf("Stats: %d allowed, %d denied; want 60, 60", s.Allowed, s.Denied)
 	}
 }
+
+// TestWithLimits holds every key to two limits at once: the smaller burst
+// binds, Redis charges both buckets, and the fallback shares the tightest.
+func TestWithLimits(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100), WithLimits(tierlimit.PerHour(1000).WithBurst(30)))
+	if _, err := l.AllowN(e.ctx, "k", 31); !errors.Is(err, tierlimit.ErrInvalidCost) {
+		t.Errorf("AllowN(31) over the smaller burst of 30 = %v, want ErrInvalidCost", err)
+	}
+	var admitted int64
+	for i := 0; i < 100; i++ {
+		r, err := l.Allow(e.ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 30 {
+		t.Errorf("admitted %d, want 30 (the second limit's burst)", admitted)
+	}
+	if got, want := l.Stats().FallbackLimit, tierlimit.PerHour(100).WithBurst(30); got != want {
+		t.Errorf("FallbackLimit = %v, want %v (the lower rate, the smaller burst)", got, want)
+	}
+	e.closeAndAudit(t, l, 30, map[string]int64{"k": 30})
+	if _, err := New(e.rdb, tierlimit.PerHour(100), WithLimits(tierlimit.Limit{}), WithClock(e.clock)); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("New(WithLimits(zero Limit)) = %v, want ErrInvalidLimit", err)
+	}
+	if _, err := New(e.rdb, tierlimit.PerHour(100), WithLimits(tierlimit.PerHour(5)), WithLeaseLedger(), WithClock(e.clock)); !errors.Is(err, tierlimit.ErrInvalidOption) {
+		t.Errorf("New(WithLimits, WithLeaseLedger) = %v, want ErrInvalidOption", err)
+	}
+}

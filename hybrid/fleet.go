@@ -107,7 +107,7 @@ func (l *Limiter) beat(leave bool, wait time.Duration) error {
 	l.mu.Unlock()
 	l.instances.Store(n)
 	if l.cfg.fallback == nil {
-		s := share(l.limit, n)
+		s := share(l.def.base, n)
 		l.share.Store(&s)
 	}
 	return nil

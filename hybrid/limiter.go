@@ -111,10 +111,11 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
-	if capacity := limit.Capacity(); cfg.maxLease > capacity {
-		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, capacity)
+	def := newPolicy(limit, &cfg)
+	if cfg.maxLease > def.capacity {
+		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, def.capacity)
 	}
-	bucketCfg := store.Config{Prefix: cfg.prefix}
+	bucketCfg := store.Config{Prefix: cfg.prefix, Extra: cfg.extra}
 	if o := cfg.observer; o != nil && o.Eviction != nil {
 		// The bucket reads the server's eviction settings (Stats.Eviction).
 		bucketCfg.Observer = &tierlimit.Observer{Eviction: o.Eviction}
@@ -133,7 +134,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	}
 	l := &Limiter{
 		limit:   limit,
-		def:     newPolicy(limit, &cfg),
+		def:     def,
 		pols:    policies{byLimit: map[tierlimit.Limit]*policy{}},
 		cfg:     cfg,
 		rdb:     rdb,
@@ -146,7 +147,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	}
 	l.instances.Store(1)
 	l.rtt.floor = stallBudgets * cfg.callBudget
-	fb := limit
+	fb := def.base
 	if cfg.fallback != nil {
 		fb = *cfg.fallback
 	}
@@ -242,12 +243,8 @@ func (l *Limiter) check(ctx context.Context, key string, n int64) error {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return err
 	}
-	if l.cfg.limitFunc == nil {
-		if err := l.limit.CheckCost(n); err != nil {
-			return err
-		}
-	} else if n < 0 {
-		return fmt.Errorf("%w: n %d is negative", tierlimit.ErrInvalidCost, n)
+	if n < 0 || l.cfg.limitFunc == nil && n > l.def.capacity {
+		return fmt.Errorf("%w: hybrid: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.def.capacity)
 	}
 	return ctx.Err()
 }

@@ -60,6 +60,7 @@ type config struct {
 	clock              Clock
 	fallback           *tierlimit.Limit
 	limitFunc          tierlimit.LimitFunc
+	extra              []tierlimit.Limit
 	prefix             string
 	failureMode        FailureMode
 	breakerThreshold   uint32
@@ -84,6 +85,25 @@ func defaults() config {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: hybrid: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+}
+
+// WithLimits adds limits that every key is held to as well, as
+// remote.WithLimits does (e.g. 1 per 5 s AND 5 per hour): a lease is
+// claimed from all of the key's buckets at once, all or nothing, so that
+// the fleet admits what every limit allows. Leases are bounded by the
+// smallest Burst, and while Redis is unreachable a key is held to its
+// share of the tightest limit (the lowest rate, with the smallest burst).
+// It cannot be combined with WithLeaseLedger.
+func WithLimits(limits ...tierlimit.Limit) Option {
+	return optionFunc(func(c *config) error {
+		for _, lim := range limits {
+			if err := lim.Validate(); err != nil {
+				return fmt.Errorf("hybrid: limits: %w", err)
+			}
+		}
+		c.extra = append(c.extra, limits...)
+		return nil
+	})
 }
 
 // WithLimitFunc gives keys limits of their own: f(key) is a key's limit,

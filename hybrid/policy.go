@@ -4,6 +4,7 @@ package hybrid
 
 import (
 	"fmt"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -20,13 +21,31 @@ type policy struct {
 	minLease, maxLease int64
 	own                tierlimit.Limit // limit, for a key's own; zero for the default (store's Claim.Limit)
 	counts             *policyCounts   // decisions under a key's own limit (Stats.Limits); nil for the default's
+	base               tierlimit.Limit // what the fallback shares: limit, or with WithLimits the tightest
+}
+
+// slower reports whether a's rate is below b's: a.Rate/a.Period <
+// b.Rate/b.Period, compared in 128 bits.
+func slower(a, b tierlimit.Limit) bool {
+	ah, al := bits.Mul64(uint64(a.Rate), uint64(b.Period))
+	bh, bl := bits.Mul64(uint64(b.Rate), uint64(a.Period))
+	return ah < bh || ah == bh && al < bl
 }
 
 // newPolicy returns limit's policy under cfg's lease bounds: the
 // configured bounds (hi capped at the capacity), or 1 to
 // Burst/DefaultLeaseShare.
 func newPolicy(limit tierlimit.Limit, cfg *config) *policy {
-	p := &policy{limit: limit, capacity: limit.Capacity(), minLease: cfg.minLease, maxLease: cfg.maxLease}
+	p := &policy{limit: limit, capacity: limit.Capacity(), minLease: cfg.minLease, maxLease: cfg.maxLease, base: limit}
+	for _, x := range cfg.extra {
+		p.capacity = min(p.capacity, x.Capacity())
+		if slower(x, p.base) {
+			p.base = x
+		}
+	}
+	if len(cfg.extra) > 0 {
+		p.base.Burst = p.capacity
+	}
 	if p.maxLease == 0 {
 		p.minLease, p.maxLease = 1, max(1, p.capacity/DefaultLeaseShare)
 	}
@@ -53,10 +72,8 @@ func (l *Limiter) checkPolicy(key string, n int64) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p != l.def {
-		if err := p.limit.CheckCost(n); err != nil {
-			return nil, fmt.Errorf("hybrid: key %q: %w", key, err)
-		}
+	if p != l.def && (n < 0 || n > p.capacity) {
+		return nil, fmt.Errorf("%w: hybrid: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
 	}
 	return p, nil
 }
@@ -114,7 +131,7 @@ func (l *Limiter) shareOf(p *policy) tierlimit.Limit {
 	if p == l.def || l.cfg.fallback != nil {
 		return *l.share.Load()
 	}
-	return share(p.limit, l.instances.Load())
+	return share(p.base, l.instances.Load())
 }
 
 // claim returns a claim of between lo and want tokens under p's limit.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -237,7 +238,7 @@ tierlimit_hybrid_instances{limiter="api"} %d
 			"tierlimit_hybrid_tokens_leased_total", "tierlimit_hybrid_tokens_spent_total",
 			"tierlimit_hybrid_tokens_refunded_total", "tierlimit_hybrid_tokens_lost_total",
 			"tierlimit_hybrid_tokens_held", "tierlimit_breaker_state", "tierlimit_hybrid_instances")
-		if lastErr == nil && h.Stats() == s {
+		if lastErr == nil && reflect.DeepEqual(h.Stats(), s) {
 			break
 		}
 	}
