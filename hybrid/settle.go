@@ -33,11 +33,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // Burst (tierlimit.ErrInvalidCost).
 //
 // Settle gives back through the key's lease when the lease it was spent
-// from is still held (no Redis call), and takes from the lease when it
-// holds enough; otherwise it makes one Redis call. A Redis fault never
-// reaches the caller: what could not be given back is counted in
-// Stats.Lost, what could not be taken is charged when Redis answers again,
-// as the fallback's admissions are.
+// from is still held (no Redis call), else to Redis (one call); it takes
+// from the lease what it holds, and what the lease lacks from Redis (one
+// call). A Redis fault never reaches the caller: what could not be given
+// back is counted in Stats.Lost, what could not be taken is charged when
+// Redis answers again, as the fallback's admissions are.
 func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	if err := l.check(ctx, key, 0); err != nil {
 		return tierlimit.Result{}, err
@@ -62,10 +62,13 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 		return l.settled(e, tierlimit.SourceLocal), nil
 	case d > 0:
 		l.giveToRedis(e, d)
-	case d < 0 && l.takeFromLease(e, -d):
-		return l.settled(e, tierlimit.SourceLocal), nil
 	case d < 0:
-		l.takeFromRedis(ctx, e, -d)
+		// The lease first, then Redis for what it lacks.
+		rest := -d - l.takeUpTo(e, -d)
+		if rest == 0 {
+			return l.settled(e, tierlimit.SourceLocal), nil
+		}
+		l.takeFromRedis(ctx, e, rest)
 	}
 	return l.settled(e, tierlimit.SourceRemote), nil
 }
@@ -101,6 +104,17 @@ func (l *Limiter) giveToLease(e *entry, d int64) bool {
 		}
 		if e.tokens.CompareAndSwap(t, t+d) {
 			return true
+		}
+	}
+}
+
+// takeUpTo takes up to d tokens from e's lease and returns how many.
+func (l *Limiter) takeUpTo(e *entry, d int64) int64 {
+	for {
+		t := e.tokens.Load()
+		n := min(t, d)
+		if n <= 0 || e.tokens.CompareAndSwap(t, t-n) {
+			return max(n, 0)
 		}
 	}
 }
