@@ -25,6 +25,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/remote"
 )
 
 // hist is a latency histogram with four buckets per power of two (a
@@ -690,16 +691,14 @@ func TestFaultConnectionResets(t *testing.T) {
 	t.Logf("tokens debited in Redis but neither spent nor refunded: %d (lost %d, the rest in calls whose reply was cut)", unaccounted, st.Lost)
 }
 
-// levels reads, through a token bucket peek, the tokens Redis holds for
-// each key of admitted under limit, with a budget so long that no peek falls
-// back.
+// levels reads, through a peek of the token bucket hybrid leases from,
+// the tokens Redis holds for each key of admitted under limit.
 func levels(t *testing.T, rdb redis.UniversalClient, limit tierlimit.Limit, admitted map[string]int64) map[string]int64 {
 	t.Helper()
-	check, err := hybrid.New(rdb, limit, hybrid.WithCallBudget(5*time.Second))
+	check, err := remote.NewTokenBucket(rdb, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer check.Close()
 	out := make(map[string]int64, len(admitted))
 	for k := range admitted {
 		r, err := check.AllowN(context.Background(), k, 0)
