@@ -78,3 +78,14 @@ func (f *fakeLimiter) asked() []call {
 }
 
 func (c call) String() string { return fmt.Sprintf("AllowN(%q, %d)", c.key, c.n) }
+
+// settlingFake is a fakeLimiter that can give a charge back, as every
+// tier's limiter can.
+type settlingFake struct{ *fakeLimiter }
+
+func (f settlingFake) Settle(_ context.Context, key string, charged, used int64) (tierlimit.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.used[key] = max(0, f.used[key]-(charged-used))
+	return tierlimit.Result{Allowed: true, Limit: f.limit, Remaining: f.limit.Capacity() - f.used[key]}, nil
+}

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -25,6 +26,12 @@ type rule struct {
 	names  quotaNames                // of its quotas, as the fields name them
 }
 
+// settler is a limiter that can give a charge back: every tier's
+// (local.Limiter, the remote limiters, hybrid.Limiter).
+type settler interface {
+	Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error)
+}
+
 // Middleware limits the requests of an http.Handler with one or more
 // tierlimit.Limiters, and tells clients where they stand with the RateLimit
 // header fields. Build one with New; wrap handlers with Handler. A
@@ -36,9 +43,12 @@ type rule struct {
 // cost (WithLimiterCost, else WithCost, else 1). When a limiter denies,
 // the request is denied, and the limiters after it are asked with cost 0
 // (a peek that charges nothing) so that their state still shows in the
-// headers; the limiters before it, which admitted the request, keep their
-// charge, since a Limiter has no refund. Put the limiter most likely to
-// deny first.
+// headers; the limiters before it, which admitted the request, are given
+// their charge back (their Settle, which every tier of this module has: a
+// refused request costs no limiter anything; a Limiter without Settle
+// keeps the charge). A request refused because a limiter failed
+// (WithFailClosed) is given back the same way. Put the limiter most likely
+// to deny first: it saves the give-backs.
 //
 // # Client IP
 //
@@ -199,6 +209,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.m.serve(
 type outcome struct {
 	rule  *rule
 	res   tierlimit.Result
+	key   string
+	cost  int64       // charged, when res.Allowed
 	never bool        // the cost can never be admitted
 	pk    [pkLen]byte // the key's partition key, if rule.pk is set
 }
@@ -245,7 +257,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		res, err := ru.lim.AllowN(r.Context(), key, cost)
 		switch {
 		case err == nil:
-			outs = append(outs, outcome{rule: ru, res: res})
+			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost})
 			denied = denied || !res.Allowed
 		case errors.Is(err, tierlimit.ErrInvalidCost):
 			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
@@ -268,6 +280,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 		}
 	}
+	refused := (denied || failed && m.failed != nil) && !m.shadow
+	if refused {
+		m.giveBack(r, outs)
+	}
 	if failed && m.failed != nil && !m.shadow {
 		m.failed.ServeHTTP(w, r)
 		return
@@ -280,6 +296,25 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// giveBack settles the charges of a refused request: each limiter that
+// admitted it gets its cost back, if it can (settler), and its outcome
+// shows what it holds then.
+func (m *Middleware) giveBack(r *http.Request, outs []outcome) {
+	for i := range outs {
+		o := &outs[i]
+		s, ok := o.rule.lim.(settler)
+		if !ok || !o.res.Allowed || o.cost <= 0 {
+			continue
+		}
+		res, err := s.Settle(r.Context(), o.key, o.cost, 0)
+		if err != nil {
+			m.report(r, fmt.Errorf("httplimit: policy %q: give back: %w", o.rule.name, err))
+			continue
+		}
+		o.res.Remaining = res.Remaining
+	}
 }
 
 // defaultCost returns the cost of r for the limiters without their own:

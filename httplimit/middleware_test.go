@@ -420,8 +420,8 @@ func TestSeveralLimiters(t *testing.T) {
 	}
 	checkField(t, w.Header(), "RateLimit-Policy", `"route:5/1m";q=5;w=60`)
 
-	// A later limiter that denies: the earlier one keeps its charge, and
-	// the longest RetryAfter is reported.
+	// A later limiter that denies: the earlier one, which has no Settle,
+	// keeps its charge, and the longest RetryAfter is reported.
 	a := newFake(tierlimit.PerMinute(5), time.Second, time.Minute)
 	b := newFake(tierlimit.PerMinute(1), 40*time.Second, time.Minute)
 	b.used[ip] = 1
@@ -699,5 +699,39 @@ func TestBadOptions(t *testing.T) {
 	if _, err := New(lim, WithTrustedProxies("10.0.0.0/8", "192.0.2.1", "2001:db8::/32", "::ffff:10.0.0.0/104"),
 		WithProxyHeader("x-forwarded-for"), WithIPv6Prefix(56)); err != nil {
 		t.Errorf("New with good options: %v", err)
+	}
+}
+
+// TestRefusedRequestGivesBack: a later limiter denies, and an earlier one
+// that can settle gets its charge back; one that cannot keeps it. With
+// WithFailClosed, a failing limiter's refusal gives back the same way.
+func TestRefusedRequestGivesBack(t *testing.T) {
+	const ip = "192.0.2.1"
+	a := settlingFake{newFake(tierlimit.PerMinute(5), time.Second, time.Minute)}
+	plain := newFake(tierlimit.PerMinute(5), time.Second, time.Minute)
+	b := newFake(tierlimit.PerMinute(1), 40*time.Second, time.Minute)
+	b.used[ip] = 1
+	m := mustNew(t, a, WithName("a"), WithLimiter("plain", plain, nil), WithLimiter("b", b, nil))
+	for i := range 3 {
+		w := serve(m, request(ip+":1"))
+		if w.Code != http.StatusTooManyRequests {
+			t.Fatalf("request %d: got %d, want 429", i, w.Code)
+		}
+	}
+	if got := a.charged(ip); got != 0 {
+		t.Errorf("a charged %d after 3 refused requests, want 0 (given back)", got)
+	}
+	if got := plain.charged(ip); got != 3 {
+		t.Errorf("a limiter without Settle charged %d, want 3 (it keeps its charge)", got)
+	}
+
+	failing := newFake(tierlimit.PerMinute(1), time.Second, time.Minute)
+	failing.err = errors.New("redis: down")
+	c := settlingFake{newFake(tierlimit.PerMinute(5), time.Second, time.Minute)}
+	closed := mustNew(t, c, WithName("c"), WithLimiter("f", failing, nil),
+		WithFailClosed(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })),
+		WithErrorFunc(func(*http.Request, error) {}))
+	if w := serve(closed, request(ip+":1")); w.Code != http.StatusServiceUnavailable || c.charged(ip) != 0 {
+		t.Errorf("fail-closed refusal: got %d, c charged %d; want 503, 0", w.Code, c.charged(ip))
 	}
 }

@@ -7,7 +7,21 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/local"
 	"github.com/tierlimit/tierlimit/remote"
+)
+
+// Every tier gives a refused request's charge back (Middleware.giveBack).
+var (
+	_ settler = (*local.Limiter)(nil)
+	_ settler = (*hybrid.Limiter)(nil)
+	_ settler = (*remote.TokenBucket)(nil)
+	_ settler = (*remote.GCRA)(nil)
+	_ settler = (*remote.FixedWindow)(nil)
+	_ settler = (*remote.AnchoredWindow)(nil)
+	_ settler = (*remote.SlidingLog)(nil)
+	_ settler = (*remote.SlidingWindow)(nil)
 )
 
 // TestRemoteWithLimits runs the middleware over a remote token bucket
