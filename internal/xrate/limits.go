@@ -14,21 +14,27 @@ import (
 // tierlimit.ErrInvalidCost when n is outside [0, the limit's capacity];
 // b is then unchanged.
 func (b *Bucket) DecideLimit(now time.Time, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
-	// No defer, and the limit compared once: this is local's every
-	// decision (BenchmarkHotKeyPaired in local).
 	b.mu.Lock()
-	if err := b.check(limit, n); err != nil {
-		b.mu.Unlock()
-		return tierlimit.Result{}, err
+	if limit != b.limit || n < 0 || uint64(n) > b.cap {
+		return b.decideOther(now, limit, n)
 	}
-	if limit == b.limit {
-		b.advance(now)
-	} else {
-		b.follow(now, limit)
-	}
+	// The limit b follows, a cost it can hold: Decide's path, without a
+	// defer (local's every decision: BenchmarkHotKeyPaired in local).
+	b.advance(now)
 	res := b.decide(now, n)
 	b.mu.Unlock()
 	return res, nil
+}
+
+// decideOther is DecideLimit for a new limit or a bad cost. b.mu is held;
+// decideOther unlocks it.
+func (b *Bucket) decideOther(now time.Time, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
+	defer b.mu.Unlock()
+	if err := b.check(limit, n); err != nil {
+		return tierlimit.Result{}, err
+	}
+	b.follow(now, limit)
+	return b.decide(now, n), nil
 }
 
 // check reports whether b may follow limit and take n under it. Validate
