@@ -818,8 +818,7 @@ func TestFaultCluster(t *testing.T) {
 		}
 	}}
 	limit := tierlimit.Limit{Rate: 3600, Period: time.Hour, Burst: 100_000_000}
-	l, err := hybrid.New(rdb, limit, hybrid.WithCallBudget(5*time.Second), hybrid.WithLeaseTTL(100*time.Millisecond),
-		hybrid.WithObserver(obs))
+	l, err := hybrid.New(rdb, limit, hybrid.WithLeaseTTL(100*time.Millisecond), hybrid.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
