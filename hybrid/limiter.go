@@ -86,11 +86,13 @@ type Limiter struct {
 // Redis behind rdb (a *redis.Client or *redis.ClusterClient). It starts the
 // background goroutines that refill hot leases and refund expired ones.
 //
-// New makes two Redis calls: a reading of the server's eviction settings
-// (see Stats.Eviction), within a second, and the first heartbeat (see
+// New makes up to three Redis calls: a reading of the server's eviction
+// settings (see Stats.Eviction), within a second; the first heartbeat (see
 // WithHeartbeat), which runs a script that writes under the prefix, within
 // the call budget or a second, whichever is longer: go-redis then has the
-// time to retry a READONLY reply, so that a replica is found at New.
+// time to retry a READONLY reply, so that a replica is found at New; and,
+// if Redis answered it, a SCRIPT LOAD of the token bucket's script, so
+// that the first claim does not send and compile it within its budget.
 //
 // New returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit,
 // tierlimit.ErrInvalidOption for a nil client or a bad option, and
@@ -168,6 +170,13 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); tierlimit.Misconfigured(err) {
 		l.keys.release()
 		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
+	} else if err == nil {
+		// The token bucket's script is loaded now, not sent and compiled
+		// within the first claim's budget. Redis answered the beat: this
+		// takes a round trip; a failure is the first claim's to see.
+		ctx, cancel := context.WithTimeout(context.Background(), max(cfg.callBudget, probeTimeout))
+		_ = l.bucket.Load(ctx)
+		cancel()
 	}
 	l.wg.Add(4)
 	go l.refiller()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/lua"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
@@ -136,5 +137,19 @@ func TestWaitN(t *testing.T) {
 	}
 	if d := time.Since(start); d > 15*time.Millisecond {
 		t.Errorf("WaitN took %v to see the deadline, want at once", d)
+	}
+}
+
+// TestNewLoadsTheScript: New loads the token bucket's script, so that the
+// first claim runs it by its SHA.
+func TestNewLoadsTheScript(t *testing.T) {
+	e := newEnv(t)
+	e.limiter(t, tierlimit.PerSecond(10))
+	loaded, err := e.rdb.ScriptExists(e.ctx, lua.TokenBucket.Hash()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !loaded[0] {
+		t.Error("after New, SCRIPT EXISTS of the token bucket's script = false, want true")
 	}
 }

@@ -136,6 +136,13 @@ func (a *Algorithm) check(lim tierlimit.Limit) error {
 	return nil
 }
 
+// Load loads the limiter's script into Redis's script cache (every master
+// of a Cluster), so that the first call finds it by its SHA instead of
+// sending and compiling it within that call's time.
+func (l *Limiter) Load(ctx context.Context) error {
+	return l.alg.script.Load(ctx, l.rdb).Err()
+}
+
 // evictionCheckTimeout bounds a reading of the server's eviction settings.
 const evictionCheckTimeout = time.Second
 
