@@ -575,7 +575,13 @@ func TestFaultFlush(t *testing.T) {
 			// Refills one token an hour: Redis's level tells exactly what
 			// was debited, with room to spare (no key runs dry).
 			limit := tierlimit.Limit{Rate: 1, Period: time.Hour, Burst: 500_000}
-			l, err := hybrid.New(rdb, limit, hybrid.WithLeaseTTL(100*time.Millisecond))
+			// A 5 s budget: this audits that NOSCRIPT never debits twice,
+			// which needs every claim's reply. At the default budget a
+			// refill batch resent with EVAL on a loaded machine can miss
+			// it, and the tokens it took stay stranded in Redis (1,343 of
+			// 458,258 on one key in a CI run): never minted, but the level
+			// is then not exact.
+			l, err := hybrid.New(rdb, limit, hybrid.WithCallBudget(5*time.Second), hybrid.WithLeaseTTL(100*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -619,12 +625,8 @@ func TestFaultFlush(t *testing.T) {
 			if name != "SCRIPT FLUSH" {
 				return
 			}
-			// A claim slowed past the budget (EVALSHA, NOSCRIPT, EVAL on a
-			// loaded machine) is denied, not decided by a fallback: no
-			// breaker opens, so no fallback admits, and Redis's level tells
-			// exactly what was admitted.
-			if st.BreakerOpens != 0 || st.Lost != 0 {
-				t.Errorf("SCRIPT FLUSH: breaker opened %d times, %d lost; want 0, 0 (NOSCRIPT is absorbed)", st.BreakerOpens, st.Lost)
+			if st.Fallback != 0 || st.Lost != 0 {
+				t.Errorf("SCRIPT FLUSH: %d fallback decisions, %d lost; want 0, 0 (NOSCRIPT is absorbed)", st.Fallback, st.Lost)
 			}
 			for k, level := range levels(t, admin, limit, res.admitted) {
 				if v, want := res.admitted[k], limit.Capacity()-res.admitted[k]; level != want {
