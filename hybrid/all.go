@@ -105,7 +105,11 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 // lacks its part gives the parts taken before it back.
 func (l *Limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.Result, bool) {
 	for i, t := range takes {
-		if e := entries[i]; e == nil || !l.takeFromLease(e, t.N) {
+		ok := entries[i] != nil
+		if ok {
+			_, ok = entries[i].take(t.N)
+		}
+		if !ok {
 			for j := range i {
 				entries[j].tokens.Add(takes[j].N)
 			}
@@ -115,11 +119,8 @@ func (l *Limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.
 	res := tierlimit.Result{Allowed: true, Remaining: -1, Source: tierlimit.SourceLocal}
 	for i, t := range takes {
 		e := entries[i]
-		e.demand.Add(t.N)
 		left := e.tokens.Load()
-		if size := e.lastSize.Load(); size > 1 && left <= size/4 {
-			l.refill(e)
-		}
+		l.spent(e, t.N, left)
 		p := e.policy()
 		if r := min(left+e.remote.Load(), p.capacity); res.Remaining < 0 || r < res.Remaining {
 			res.Remaining, res.Limit = r, p.limit

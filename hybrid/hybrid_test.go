@@ -17,6 +17,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
+	"github.com/tierlimit/tierlimit/internal/lua"
 )
 
 // env is a limiter on miniredis whose server clock and local clock move
@@ -549,5 +550,19 @@ func TestHotPathAllocs(t *testing.T) {
 				t.Errorf("%s path: %v allocations per decision, want 0", tc.name, allocs)
 			}
 		})
+	}
+}
+
+// TestNewLoadsTheScript: New loads the token bucket's script, so that the
+// first claim runs it by its SHA.
+func TestNewLoadsTheScript(t *testing.T) {
+	e := newEnv(t)
+	e.limiter(t, tierlimit.PerSecond(10))
+	loaded, err := e.rdb.ScriptExists(e.ctx, lua.TokenBucket.Hash()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !loaded[0] {
+		t.Error("after New, SCRIPT EXISTS of the token bucket's script = false, want true")
 	}
 }

@@ -119,19 +119,6 @@ func (l *Limiter) takeUpTo(e *entry, d int64) int64 {
 	}
 }
 
-// takeFromLease takes d tokens from e's lease if it holds them.
-func (l *Limiter) takeFromLease(e *entry, d int64) bool {
-	for {
-		t := e.tokens.Load()
-		if t < d {
-			return false
-		}
-		if e.tokens.CompareAndSwap(t, t-d) {
-			return true
-		}
-	}
-}
-
 // giveToRedis refunds d tokens to e's bucket (capped at Burst there) in
 // one call; if it fails they are lost (Stats.Lost).
 func (l *Limiter) giveToRedis(e *entry, d int64) {

@@ -15,23 +15,37 @@ import (
 // lookup returns key's entry (see table.find).
 func (l *Limiter) lookup(key string) (*entry, bool) { return l.keys.find(key, keyHash(key)) }
 
-// spend takes n tokens from e's lease if it holds them.
-func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
-	left := e.tokens.Load()
+// take takes n tokens from e's lease if it holds them, and returns what
+// the lease holds after.
+func (e *entry) take(n int64) (left int64, ok bool) {
+	left = e.tokens.Load()
 	for {
 		if left < n {
-			return tierlimit.Result{}, false
+			return left, false
 		}
 		if e.tokens.CompareAndSwap(left, left-n) {
-			break
+			return left - n, true
 		}
 		left = e.tokens.Load()
 	}
-	left -= n
+}
+
+// spent records that n tokens of e's lease were spent, leaving left: the
+// key's demand, and a background refill when the lease runs low.
+func (l *Limiter) spent(e *entry, n, left int64) {
 	e.demand.Add(n)
 	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
 		l.refill(e)
 	}
+}
+
+// spend takes n tokens from e's lease if it holds them.
+func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+	left, ok := e.take(n)
+	if !ok {
+		return tierlimit.Result{}, false
+	}
+	l.spent(e, n, left)
 	pol := e.policy()
 	remaining := min(left+e.remote.Load(), pol.capacity)
 	if src == tierlimit.SourceLocal {
