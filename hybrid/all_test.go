@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,5 +210,37 @@ func TestWithLimits(t *testing.T) {
 	}
 	if _, err := New(e.rdb, tierlimit.PerHour(100), WithLimits(tierlimit.PerHour(5)), WithLeaseLedger(), WithClock(e.clock)); !errors.Is(err, tierlimit.ErrInvalidOption) {
 		t.Errorf("New(WithLimits, WithLeaseLedger) = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestPlanChangeOfABlockedKey upgrades a key Redis blocked for half an
+// hour: the instance asks the LimitFunc again within a lease TTL, and the
+// key gets the new rate, not the old block.
+func TestPlanChangeOfABlockedKey(t *testing.T) {
+	e := newEnv(t)
+	var pro atomic.Bool
+	l := e.limiter(t, tierlimit.PerHour(2), WithLimitFunc(func(string) tierlimit.Limit {
+		if pro.Load() {
+			return tierlimit.PerHour(3600)
+		}
+		return tierlimit.Limit{}
+	}))
+	if r, err := l.AllowN(e.ctx, "k", 2); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(2) = %+v, %v", r, err)
+	}
+	if r, _ := l.Allow(e.ctx, "k"); r.Allowed || r.RetryAfter < 20*time.Minute {
+		t.Fatalf("Allow on the drained key = %+v, want denied for about 30 minutes", r)
+	}
+	pro.Store(true)
+	e.step(DefaultLeaseTTL)
+	// The claim tells Redis of the new limit: the time before it refilled
+	// under the old one (nothing), the next token comes at the new rate.
+	r, err := l.Allow(e.ctx, "k")
+	if err != nil || r.Allowed || r.Limit != tierlimit.PerHour(3600) || r.RetryAfter > time.Second {
+		t.Fatalf("Allow a lease TTL after the upgrade = %+v, %v; want denied under 3600/1h for at most 1s", r, err)
+	}
+	e.step(r.RetryAfter)
+	if r, err := l.Allow(e.ctx, "k"); err != nil || !r.Allowed {
+		t.Errorf("Allow after the new RetryAfter = %+v, %v; want allowed", r, err)
 	}
 }
