@@ -4,12 +4,20 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 )
+
+// exampleBudget gives the examples' Redis calls a second: miniredis runs the
+// scripts in a Go Lua interpreter, which under the race detector on a busy
+// machine can take longer than the default 25 ms budget, and a claim that
+// misses its budget is denied (a slow call never mints tokens), which would
+// change an example's output. Against a real Redis the default is right.
+var exampleBudget = hybrid.WithCallBudget(time.Second)
 
 // exampleRedis returns a client of a Redis run in process, for the
 // examples; use your own.
@@ -33,7 +41,7 @@ func ExampleWithLimitFunc() {
 		}
 		return tierlimit.Limit{} // the default
 	}
-	lim, err := hybrid.New(rdb, tierlimit.PerHour(10), hybrid.WithLimitFunc(plans))
+	lim, err := hybrid.New(rdb, tierlimit.PerHour(10), hybrid.WithLimitFunc(plans), exampleBudget)
 	if err != nil {
 		panic(err)
 	}
@@ -58,7 +66,7 @@ func ExampleWithLimitFunc() {
 func ExampleLimiter_AllowAll() {
 	rdb, done := exampleRedis()
 	defer done()
-	lim, err := hybrid.New(rdb, tierlimit.PerMinute(3))
+	lim, err := hybrid.New(rdb, tierlimit.PerMinute(3), exampleBudget)
 	if err != nil {
 		panic(err)
 	}
@@ -83,7 +91,7 @@ func ExampleLimiter_AllowAll() {
 func ExampleLimiter_Settle() {
 	rdb, done := exampleRedis()
 	defer done()
-	lim, err := hybrid.New(rdb, tierlimit.PerHour(1000))
+	lim, err := hybrid.New(rdb, tierlimit.PerHour(1000), exampleBudget)
 	if err != nil {
 		panic(err)
 	}
@@ -103,7 +111,7 @@ func ExampleLimiter_Settle() {
 func ExampleLimiter_WaitN() {
 	rdb, done := exampleRedis()
 	defer done()
-	lim, err := hybrid.New(rdb, tierlimit.PerSecond(20))
+	lim, err := hybrid.New(rdb, tierlimit.PerSecond(20), exampleBudget)
 	if err != nil {
 		panic(err)
 	}
