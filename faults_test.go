@@ -559,9 +559,10 @@ func TestFaultSlowRedis(t *testing.T) {
 }
 
 // TestFaultFlush: SCRIPT FLUSH and FLUSHALL every 100 ms under load. No
-// caller error; after SCRIPT FLUSH no decision falls back and Redis holds
-// exactly capacity - admitted for every key (nothing debited twice);
-// after FLUSHALL, which forgets the buckets, the ledger still balances.
+// caller error; after SCRIPT FLUSH no call fails with NOSCRIPT, the
+// fallback admits nothing, and Redis holds exactly capacity - admitted for
+// every key (nothing debited twice, nothing stranded); after FLUSHALL,
+// which forgets the buckets, the ledger still balances.
 func TestFaultFlush(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 1.5 s of load per fault")
@@ -575,13 +576,28 @@ func TestFaultFlush(t *testing.T) {
 			// Refills one token an hour: Redis's level tells exactly what
 			// was debited, with room to spare (no key runs dry).
 			limit := tierlimit.Limit{Rate: 1, Period: time.Hour, Burst: 500_000}
-			// A 5 s budget: this audits that NOSCRIPT never debits twice,
-			// which needs every claim's reply. At the default budget a
-			// refill batch resent with EVAL on a loaded machine can miss
-			// it, and the tokens it took stay stranded in Redis (1,343 of
-			// 458,258 on one key in a CI run): never minted, but the level
-			// is then not exact.
-			l, err := hybrid.New(rdb, limit, hybrid.WithCallBudget(5*time.Second), hybrid.WithLeaseTTL(100*time.Millisecond))
+			// Default options (the lease TTL aside: many expiries) and
+			// go-redis's default client: on a loaded machine some calls run
+			// past the budget, and some of those return an error (a context
+			// deadline) after Redis ran them.
+			// The lease ledger hands such a claim's grant over at the key's
+			// next claim or refund (store.Claim's Orphan): none is stranded.
+			// A claim over the budget is a denial (Source fallback), never
+			// an admission the fallback made.
+			var noScript, fellBack atomic.Int64
+			obs := &tierlimit.Observer{
+				RedisCall: func(c tierlimit.RedisCall) {
+					if c.Err != nil && strings.Contains(c.Err.Error(), "NOSCRIPT") {
+						noScript.Add(1)
+					}
+				},
+				Decision: func(d tierlimit.Decision) {
+					if d.Source == tierlimit.SourceFallback && d.Allowed {
+						fellBack.Add(1)
+					}
+				},
+			}
+			l, err := hybrid.New(rdb, limit, hybrid.WithLeaseTTL(100*time.Millisecond), hybrid.WithObserver(obs))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -625,8 +641,9 @@ func TestFaultFlush(t *testing.T) {
 			if name != "SCRIPT FLUSH" {
 				return
 			}
-			if st.Fallback != 0 || st.Lost != 0 {
-				t.Errorf("SCRIPT FLUSH: %d fallback decisions, %d lost; want 0, 0 (NOSCRIPT is absorbed)", st.Fallback, st.Lost)
+			if noScript.Load() != 0 || fellBack.Load() != 0 || st.Lost != 0 {
+				t.Errorf("SCRIPT FLUSH: %d calls failed with NOSCRIPT, the fallback admitted %d, %d lost; want 0, 0, 0 (NOSCRIPT is absorbed)",
+					noScript.Load(), fellBack.Load(), st.Lost)
 			}
 			for k, level := range levels(t, admin, limit, res.admitted) {
 				if v, want := res.admitted[k], limit.Capacity()-res.admitted[k]; level != want {

@@ -208,9 +208,6 @@ func TestWithLimits(t *testing.T) {
 	if _, err := New(e.rdb, tierlimit.PerHour(100), WithLimits(tierlimit.Limit{}), WithClock(e.clock)); !errors.Is(err, tierlimit.ErrInvalidLimit) {
 		t.Errorf("New(WithLimits(zero Limit)) = %v, want ErrInvalidLimit", err)
 	}
-	if _, err := New(e.rdb, tierlimit.PerHour(100), WithLimits(tierlimit.PerHour(5)), WithLeaseLedger(), WithClock(e.clock)); !errors.Is(err, tierlimit.ErrInvalidOption) {
-		t.Errorf("New(WithLimits, WithLeaseLedger) = %v, want ErrInvalidOption", err)
-	}
 }
 
 // TestPlanChangeOfABlockedKey upgrades a key Redis blocked for half an

@@ -200,6 +200,7 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 		granted, res, err = l.bucket.Lease(cctx, e.key, c)
 		return err
 	})
+	l.replied(e, c, err)
 	if err != nil {
 		return err
 	}
@@ -221,6 +222,7 @@ func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 		granted, res, err = l.bucket.Lease(cctx, e.key, c)
 		return err
 	})
+	l.replied(e, c, err)
 	if err != nil {
 		return err
 	}
@@ -244,8 +246,28 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
 	if l.cfg.ledger {
 		c.Holder, c.Gen, c.Held = e.holder, e.gen.Add(1), e.tokens.Load()
+		c.Orphan, c.OrphanHeld = e.orphan.Gen, e.orphan.Held
 	}
 	return c
+}
+
+// replied records whether e's claim c got Redis's reply, under e's key
+// lock: a claim whose call failed may still have run, and the ledger then
+// holds what it granted, which e's next claim asks for (store.Claim's
+// Orphan). A reply, even a refusal, settles every claim before it.
+func (l *Limiter) replied(e *entry, c store.Claim, err error) {
+	switch {
+	case !l.cfg.ledger:
+		return
+	case err == nil || tierlimit.Misconfigured(err):
+		e.orphan = store.Claim{}
+	default:
+		e.orphan = c
+	}
+	e.orphaned.Store(e.orphan.Gen > 0)
+	if e.orphan.Gen > 0 && e.evicted.Load() {
+		l.keys.keep(e) // after the Store: see table.forget
+	}
 }
 
 // apply records a claim of want tokens in e: a use of the key for

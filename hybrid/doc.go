@@ -3,11 +3,11 @@
 //
 // An instance leases batches of tokens from the Redis token bucket (package
 // remote) with one Lua call: tokens are debited in Redis before they are
-// spent locally. Over any interval the fleet admits at most what one bucket
-// allows plus the tokens held in leases at the interval's start; with
-// WithLeaseLedger, a ledger beside the bucket records what each instance
-// still holds, the bucket refills only what the leases leave, and the bound
-// is exactly one bucket's (docs/design.md, G1, with its two exceptions). A
+// spent locally. A ledger beside the bucket records what each instance
+// still holds, and the bucket refills only what the leases leave: over any
+// interval the fleet admits at most what one bucket allows (docs/design.md,
+// G1, with its two exceptions; with WithLimits, which keeps no ledger, plus
+// the tokens held in leases at the interval's start). A
 // [Limiter] decides, for each AllowN:
 //
 //  1. Lease: if the key holds a local lease with n tokens, take them with an

@@ -8,8 +8,8 @@ import (
 )
 
 // FuzzOps runs arbitrary sequences of AllowN, Reset, time steps and lease
-// expiries against miniredis, with the lease ledger for inputs of odd
-// length, then closes the limiter. It checks that the
+// expiries against miniredis, without the lease ledger for inputs of odd
+// length (as WithLimits runs), then closes the limiter. It checks that the
 // ledger balances, that Stats.Spent equals what was admitted, that Remaining
 // stays within [0, Burst], and that a key whose time never moved holds
 // exactly capacity minus what was admitted in Redis.
@@ -26,7 +26,7 @@ func FuzzOps(f *testing.F) {
 		limit := tierlimit.PerHour(40)
 		opts := []Option{WithLeaseBounds(1, 8), WithMaxKeys(64), WithCallBudget(10 * time.Second)}
 		if len(ops)%2 == 1 {
-			opts = append(opts, WithLeaseLedger()) // half the inputs: the ledger's claims and refunds
+			opts = append(opts, withoutLedger()) // half the inputs: WithLimits' claims and refunds, without a ledger
 		}
 		l := e.limiter(t, limit, opts...)
 		var admitted int64

@@ -31,6 +31,15 @@ type env struct {
 	bucket tierlimit.Limit
 }
 
+// withoutLedger turns the lease ledger off, as WithLimits does: the tests
+// of the bucket's plain claims and refunds.
+func withoutLedger() Option {
+	return optionFunc(func(c *config) error {
+		c.ledger = false
+		return nil
+	})
+}
+
 func newEnv(t testing.TB) *env {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -553,16 +562,28 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 }
 
-// TestNewLoadsTheScript: New loads the token bucket's script, so that the
-// first claim runs it by its SHA.
+// TestNewLoadsTheScript: New loads its bucket's script (the ledger's by
+// default, the plain token bucket's with WithLimits), so that the first
+// claim runs it by its SHA.
 func TestNewLoadsTheScript(t *testing.T) {
-	e := newEnv(t)
-	e.limiter(t, tierlimit.PerSecond(10))
-	loaded, err := e.rdb.ScriptExists(e.ctx, lua.TokenBucket.Hash()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !loaded[0] {
-		t.Error("after New, SCRIPT EXISTS of the token bucket's script = false, want true")
+	for _, tc := range []struct {
+		name   string
+		opts   []Option
+		script *redis.Script
+	}{
+		{"default", nil, lua.Ledger},
+		{"WithLimits", []Option{WithLimits(tierlimit.PerHour(1000))}, lua.TokenBucket},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.limiter(t, tierlimit.PerSecond(10), tc.opts...)
+			loaded, err := e.rdb.ScriptExists(e.ctx, tc.script.Hash()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !loaded[0] {
+				t.Error("after New, SCRIPT EXISTS of the bucket's script = false, want true")
+			}
+		})
 	}
 }

@@ -56,7 +56,7 @@ type config struct {
 	refillInterval     time.Duration
 	callBudget         time.Duration
 	maxKeys            int64
-	ledger             bool // WithLeaseLedger
+	ledger             bool // the lease ledger: on, unless WithLimits (or a test's withoutLedger)
 	clock              Clock
 	fallback           *tierlimit.Limit
 	limitFunc          tierlimit.LimitFunc
@@ -71,6 +71,7 @@ type config struct {
 
 func defaults() config {
 	return config{
+		ledger:           true,
 		leaseTTL:         DefaultLeaseTTL,
 		refillInterval:   DefaultRefillInterval,
 		callBudget:       DefaultCallBudget,
@@ -93,7 +94,11 @@ func invalid(format string, args ...any) error {
 // the fleet admits what every limit allows. Leases are bounded by the
 // smallest Burst, and while Redis is unreachable a key is held to its
 // share of the tightest limit (the lowest rate, with the smallest burst).
-// It cannot be combined with WithLeaseLedger.
+//
+// The buckets then keep no lease ledger (its script is for one limit): the
+// fleet admits at most one bucket's bound plus the tokens held in leases
+// when the interval began (docs/design.md, G1), which matters when demand
+// pauses for less than a lease TTL and then surges.
 func WithLimits(limits ...tierlimit.Limit) Option {
 	return optionFunc(func(c *config) error {
 		for _, lim := range limits {
@@ -215,24 +220,12 @@ func WithPrefix(prefix string) Option {
 	})
 }
 
-// WithLeaseLedger makes the fleet's admissions exactly one token bucket's,
-// capacity + rate·T over any interval T, even when instances hold leases
-// while the bucket refills (demand pauses, then surges). Without it the
-// bound is that plus the tokens held in leases at the interval's start (at
-// most about 5/4 of the lease bound per instance).
+// WithLeaseLedger does nothing: the lease ledger is on by default (see
+// New), and a Limiter with WithLimits keeps none.
 //
-// The bucket then keeps, beside each key, a ledger of what each instance's
-// entry may still spend, and refills only up to what they leave
-// (docs/design.md, G1). Local decisions cost the
-// same; each claim costs Redis about twice the server time, and where
-// claims dominate (many keys, each asked about once per lease TTL) that
-// cost feeds on itself: bench/RESULTS.md has the figures. Use it where the
-// limit must hold exactly across pauses in demand.
+// Deprecated: the ledger is the default.
 func WithLeaseLedger() Option {
-	return optionFunc(func(c *config) error {
-		c.ledger = true
-		return nil
-	})
+	return optionFunc(func(*config) error { return nil })
 }
 
 // WithClock sets the clock of local decisions (default time.Now). Redis

@@ -130,7 +130,10 @@ func (l *Limiter) giveToRedis(e *entry, d int64) {
 	}
 	r := e.policy().refund(e.key, d, l.refundID())
 	if l.cfg.ledger {
-		r.Holder, r.Gen = e.holder, e.gen.Load()
+		// Number 0 leaves the entry's record in the ledger: the entry
+		// may still hold a lease, which a refund's end of the record would
+		// take out of the bucket's count.
+		r.Holder = e.holder
 	}
 	_ = l.refund([]store.Refund{r}, false)
 }
@@ -156,12 +159,24 @@ func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) {
 		return err
 	})
 	l.report(&ev)
+	l.replied(e, c, err)
 	if err != nil {
 		e.owed.Add(d)
 		if e.evicted.Load() {
 			l.keys.keep(e) // after the Add: see table.forget
 		}
 		return
+	}
+	// More than d granted is an earlier claim's grant handed over again
+	// (store.Claim's Orphan): the lease's. What is left, spent by the
+	// events settled, may hold some of it too: debited all the same.
+	if extra := granted - d; extra > 0 {
+		l.stats.leased.Add(extra)
+		e.tokens.Add(extra)
+		granted = d
+		if e.evicted.Load() {
+			l.keys.keep(e) // after the Add: see table.forget
+		}
 	}
 	l.stats.leased.Add(granted) // spent by the events settled
 	e.remote.Store(res.Remaining)

@@ -1,6 +1,7 @@
 package hybrid
 
 import (
+	"github.com/tierlimit/tierlimit/internal/store"
 	"sync"
 	"sync/atomic"
 
@@ -25,8 +26,10 @@ type entry struct {
 	pol          atomic.Pointer[policy] // the key's limit, as of its last claim (WithLimitFunc)
 
 	// Claims, refills and the janitor only.
-	holder     string                        // e's name in the bucket's ledger (WithLeaseLedger): unique in the fleet
+	holder     string                        // e's name in the bucket's lease ledger: unique in the fleet
 	gen        atomic.Int64                  // e's claims so far, with the ledger; written under the key lock, read by Close without it
+	orphan     store.Claim                   // e's last claim, if its call failed without a reply (Gen 0: none); under the key lock
+	orphaned   atomic.Bool                   // orphan.Gen > 0: the janitor gives its grant back (see holding)
 	expires    atomic.Int64                  // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64                  // ns of the last claim
 	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done
@@ -188,7 +191,8 @@ func (t *table) droppedFor(key string) (*entry, bool) {
 	return e, ok && !e.stale.Load()
 }
 
-// holding returns every entry that holds tokens or owes some to Redis:
+// holding returns every entry that holds tokens, owes some to Redis, or
+// may have been granted some it never heard of (an orphan claim):
 // ristretto's and the dropped ones. Once shut, it returns the dropped ones
 // only.
 func (t *table) holding() []*entry {
@@ -204,7 +208,7 @@ func (t *table) holding() []*entry {
 func (t *table) cached() []*entry {
 	var out []*entry
 	t.cache.IterValues(func(e *entry) bool {
-		if e.tokens.Load() > 0 || e.owed.Load() > 0 {
+		if e.tokens.Load() > 0 || e.owed.Load() > 0 || e.orphaned.Load() {
 			out = append(out, e)
 		}
 		return false
@@ -235,7 +239,7 @@ func (t *table) droppedNow() []*entry {
 // calls keep, and forget checks them under mu.
 func (t *table) forget(e *entry) (gone bool) {
 	t.mu.Lock()
-	if e.tokens.Load() == 0 && e.owed.Load() == 0 {
+	if e.tokens.Load() == 0 && e.owed.Load() == 0 && !e.orphaned.Load() {
 		_, gone = t.dropped[e]
 		delete(t.dropped, e)
 		if t.lastDropped[e.key] == e {

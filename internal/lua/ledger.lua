@@ -26,9 +26,17 @@
 -- ARGV[8]  held: for a claim, the tokens the holder still holds as it sends
 --          it (an upper bound); -1 for a call that is not a holder's claim
 -- ARGV[9]  holder, or '' for a call that holds nothing (AllowN)
+-- ARGV[10] optional: orphan, the number of the holder's last claim whose
+--          reply it never got (0: none); Redis may have run it
+-- ARGV[11] optional: what the holder said it held in that claim
+--          (a refund may give back nothing but an orphan's grant)
 --
 -- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
--- reset_us}; remaining is the level, what a claim could take now.
+-- reset_us}; remaining is the level, what a claim could take now. A claim
+-- that names an orphan its entry shows was run (the entry's number is the
+-- orphan's) is granted again what that claim granted (its entry less what
+-- the holder held then), without taking it again: granted counts it, and
+-- min counts it first.
 --
 -- A state written under another limit is refilled under it up to now, to
 -- at most its capacity less every token the ledger holds, and converted
@@ -48,6 +56,7 @@ local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]
 local lim = ARGV[5]
 local unit, per, cap = tb_limit(lim)
 local hold, gen, held, holder = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+local orphan, orphan_held = tonumber(ARGV[10] or 0), tonumber(ARGV[11] or 0)
 if refund > 0 and not once(KEYS[3]) then
   refund = 0 -- this refund ran already
 end
@@ -96,6 +105,20 @@ k, r = fill(k, r, now - ts, unit, per, cap - total)
 if #gone > 0 then
   dirty = true
   redis.call('HDEL', KEYS[2], unpack(gone))
+end
+
+-- A claim whose reply the holder never got, and that ran: what it granted
+-- is in the holder's entry, not in the holder's hands. Hand it over.
+-- A refund gives it back with the rest.
+local recovered = 0
+if orphan > 0 and holder ~= '' and mine and mine[2] == orphan then
+  recovered = math.max(mine[1] - orphan_held, 0)
+  if held < 0 then
+    refund, recovered = refund + recovered, 0
+  else
+    held = held + recovered
+    min = math.max(min - recovered, 0)
+  end
 end
 
 -- The holder's report: a refund ends its entry (unless a later claim wrote
@@ -149,4 +172,4 @@ if dirty then
 end
 local retry = 0
 if allowed == 0 then retry = lag + wait_us(k, r, min, unit, per) end
-return {allowed, grant, k, retry, reset}
+return {allowed, grant + recovered, k, retry, reset}

@@ -95,6 +95,62 @@ func testLeaseLedger(t *testing.T, b backend) {
 		if r.Remaining != s.level {
 			t.Errorf("%s: level %d, want %d", s.name, r.Remaining, s.level)
 		}
+		// A claim of nothing, by no holder, peeks as AllowN(0) does
+		// (hybrid's AllowN(0)).
+		if n, r, err := tb.Lease(ctx, "k", Claim{}); err != nil || n != 0 || r.Remaining != s.level {
+			t.Errorf("%s: Lease(Claim{}) = %d, %+v, %v; want nothing granted and level %d", s.name, n, r, err, s.level)
+		}
+	}
+}
+
+func TestLeaseLedgerOrphanMiniredis(t *testing.T) { testLeaseLedgerOrphan(t, miniBackend(t)) }
+
+func TestLeaseLedgerOrphanRedis(t *testing.T) {
+	checkOn(t, redistest.Start(t).Client(t), testLeaseLedgerOrphan)
+}
+
+// testLeaseLedgerOrphan: a claim whose reply the holder never got (it ran,
+// or it did not) is named as the Orphan of the holder's next claim, which
+// then hands over what the orphan granted, once, and takes nothing twice.
+func testLeaseLedgerOrphan(t *testing.T, b backend) {
+	ctx := context.Background()
+	cfg := b.cfg
+	cfg.Hold = time.Hour
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerHour(100), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.set(t0) // the clock stands still: no refill
+	type step struct {
+		name     string
+		c        Claim
+		granted  int64
+		remained int64
+	}
+	for _, s := range []step{
+		{"a claims 10, holding 0", Claim{Min: 1, Want: 10, Holder: "a", Gen: 1}, 10, 90},
+		// a spent 4 of them; its claim 2 runs, but a never hears back.
+		{"a's claim 2 (its reply lost)", Claim{Min: 1, Want: 20, Holder: "a", Gen: 2, Held: 6}, 20, 70},
+		// Claim 3 names claim 2: its 20 come back, with 5 new ones.
+		{"a's claim 3 names the orphan", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2, OrphanHeld: 6}, 25, 65},
+		// Named again (claim 3's reply lost too, say, and claim 4 names
+		// claim 2 by mistake): the entry's number is 3 now, nothing again.
+		{"a names claim 2 again", Claim{Min: 1, Want: 5, Holder: "a", Gen: 4, Held: 31, Orphan: 2, OrphanHeld: 6}, 5, 60},
+		// An orphan that never ran (the entry is at claim 4): nothing.
+		{"b's first claim", Claim{Min: 1, Want: 10, Holder: "b", Gen: 1}, 10, 50},
+		{"b names a claim that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Orphan: 2, OrphanHeld: 10}, 10, 40},
+		// The orphan covers min: a claim of at least 15 with 20 recovered
+		// is granted even with nothing left to take.
+		{"c drains the bucket, reply lost", Claim{Min: 1, Want: 40, Holder: "c", Gen: 1}, 40, 0},
+		{"c's claim of 15 on an empty bucket", Claim{Min: 15, Want: 15, Holder: "c", Gen: 2, Orphan: 1}, 40, 0},
+	} {
+		n, r, err := tb.Lease(ctx, "k", s.c)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if n != s.granted || r.Remaining != s.remained || !r.Allowed {
+			t.Errorf("%s: granted %d, %+v; want %d granted, allowed, %d remaining", s.name, n, r, s.granted, s.remained)
+		}
 	}
 }
 
@@ -124,6 +180,9 @@ func TestLeaseLedgerInput(t *testing.T) {
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: long}, tierlimit.ErrInvalidKey}, // holder too long
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a", Held: -1}, tierlimit.ErrInvalidCost},
 		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost}, // refund in a claim
+		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Orphan: 2}, tierlimit.ErrInvalidCost}, // an orphan not before the claim
+		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Orphan: 1, OrphanHeld: -1}, tierlimit.ErrInvalidCost},
+		{plain, Claim{Min: 1, Want: 1, Orphan: 1}, tierlimit.ErrInvalidCost}, // no ledger to recover from
 		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},              // no ledger to record it
 		{plain, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},
 		{gcra, Claim{Min: 1, Want: 1}, errNoLease}, // only a token bucket leases
