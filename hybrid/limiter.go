@@ -33,6 +33,13 @@ type Limiter struct {
 	answered atomic.Int64 // ns: when Redis last answered a call
 	inline   bool         // claims run on the caller's goroutine: rdb honours deadlines
 	flights  singleflight.Group
+
+	// The clock of the entries' instants (now): the monotonic time since
+	// start, after epoch, when mono (the system clock).
+	mono  bool
+	start time.Time
+	epoch int64
+
 	waits    wait.Lines // WaitN's callers, in line per key
 	refills  chan *entry
 	stats    counters
@@ -146,10 +153,13 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		refills: make(chan *entry, 1024),
 		done:    make(chan struct{}),
 		inline:  honoursDeadlines(rdb),
+		start:   time.Now(),
 		id:      instanceID(),
 		fleet:   store.FleetKey(cfg.prefix, limit),
 	}
 	l.instances.Store(1)
+	_, l.mono = cfg.clock.(tierlimit.SystemClock)
+	l.epoch = l.start.UnixNano()
 	l.rtt.floor = stallBudgets * cfg.callBudget
 	fb := def.base
 	if cfg.fallback != nil {
@@ -350,8 +360,16 @@ const stallBudgets = 4
 // probeTimeout is the least time New gives its calls to Redis.
 const probeTimeout = time.Second
 
-// now returns the clock in nanoseconds since the epoch.
-func (l *Limiter) now() int64 { return l.cfg.clock.Now().UnixNano() }
+// now returns the clock in nanoseconds since the epoch. With the system
+// clock it reads the monotonic clock only (time.Since), which costs half of
+// time.Now on a VM's clock: the instants it returns are the start's wall
+// time plus the monotonic time since, compared only with each other.
+func (l *Limiter) now() int64 {
+	if l.mono {
+		return l.epoch + int64(time.Since(l.start))
+	}
+	return l.cfg.clock.Now().UnixNano()
+}
 
 // budget returns a context for one Redis call: ctx's values, not its
 // cancellation (the call may serve other callers), and the call budget.

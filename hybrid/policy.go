@@ -22,6 +22,19 @@ type policy struct {
 	own                tierlimit.Limit // limit, for a key's own; zero for the default (store's Claim.Limit)
 	counts             *policyCounts   // decisions under a key's own limit (Stats.Limits); nil for the default's
 	base               tierlimit.Limit // what the fallback shares: limit, or with WithLimits the tightest
+	one, full          time.Duration   // limit.RefillTime of 1 and of capacity: a saturated key's denial
+}
+
+// refillTime is p.limit.RefillTime(n), without a 128-bit division in the
+// cases a denial of a saturated key asks for.
+func (p *policy) refillTime(n int64) time.Duration {
+	switch n {
+	case 1:
+		return p.one
+	case p.capacity:
+		return p.full
+	}
+	return p.limit.RefillTime(n)
 }
 
 // slower reports whether a's rate is below b's: a.Rate/a.Period <
@@ -51,6 +64,7 @@ func newPolicy(limit tierlimit.Limit, cfg *config) *policy {
 	}
 	p.maxLease = min(p.maxLease, p.capacity)
 	p.minLease = min(p.minLease, p.maxLease)
+	p.one, p.full = limit.RefillTime(1), limit.RefillTime(p.capacity)
 	return p
 }
 

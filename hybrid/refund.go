@@ -23,7 +23,7 @@ func (l *Limiter) janitor() {
 			return
 		case <-t.C:
 			entries := l.keys.holding()
-			_ = l.refundEntries(l.cfg.clock.Now(), false, entries)
+			_ = l.refundEntries(time.Unix(0, l.now()), false, entries)
 			l.chargeBack(entries)
 		}
 	}

@@ -84,12 +84,12 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 	// at least until what the lease lacks can have accrued in Redis since
 	// it last answered (G2).
 	pol := e.policy()
-	wait := max(time.Duration(until-now), pol.limit.RefillTime(need)-time.Duration(now-e.lastClaim.Load()))
+	wait := max(time.Duration(until-now), pol.refillTime(need)-time.Duration(now-e.lastClaim.Load()))
 	return tierlimit.Result{
 		Limit:      pol.limit,
 		Remaining:  held,
 		RetryAfter: wait,
-		ResetAfter: pol.limit.RefillTime(pol.capacity - held),
+		ResetAfter: pol.refillTime(pol.capacity - held),
 		Source:     src,
 	}, true
 }
@@ -200,7 +200,7 @@ func (l *Limiter) fallbackOf(e *entry, now time.Time) *fallback {
 	}
 	share := l.shareOf(e.policy())
 	var tokens int64
-	if e.lastClaim.Load() != 0 && e.blockedUntil.Load() <= now.UnixNano() {
+	if e.lastClaim.Load() != 0 && e.blockedUntil.Load() <= l.now() {
 		tokens = e.remote.Load() / max(1, l.instances.Load())
 	}
 	fb := &fallback{epoch: epoch, lim: xrate.NewWith(share, tokens, now)}
