@@ -239,7 +239,7 @@ func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 }
 
 // claimOf returns the claim of between lo and want tokens for e: with a
-// ledger (WithLeaseLedger), numbered and with what e holds now. The caller
+// ledger (the default), numbered, with what e holds now and its orphan. The caller
 // holds e's key lock: e's claims and refunds are numbered in the order they
 // are made.
 func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {

@@ -220,8 +220,8 @@ func WithPrefix(prefix string) Option {
 	})
 }
 
-// WithLeaseLedger does nothing: the lease ledger is on by default (see
-// New), and a Limiter with WithLimits keeps none.
+// WithLeaseLedger does nothing: the lease ledger is on by default (see the
+// package documentation), and a Limiter with WithLimits keeps none.
 //
 // Deprecated: the ledger is the default.
 func WithLeaseLedger() Option {

@@ -120,7 +120,10 @@ func (l *Limiter) takeUpTo(e *entry, d int64) int64 {
 }
 
 // giveToRedis refunds d tokens to e's bucket (capped at Burst there) in
-// one call; if it fails they are lost (Stats.Lost).
+// one call; if it fails they are lost (Stats.Lost). With the ledger the
+// refund ends e's record, whose count of what e may still spend would
+// otherwise cap the refund (the bucket refills only up to what records
+// leave): e's lease goes back with it, as the janitor's refund takes it.
 func (l *Limiter) giveToRedis(e *entry, d int64) {
 	mu := l.keyLock(e.key)
 	mu.Lock()
@@ -128,12 +131,11 @@ func (l *Limiter) giveToRedis(e *entry, d int64) {
 	if e.stale.Load() {
 		return // Reset refilled the bucket
 	}
-	r := e.policy().refund(e.key, d, l.refundID())
+	p := e.policy()
+	r := p.refund(e.key, d, l.refundID())
 	if l.cfg.ledger {
-		// Number 0 leaves the entry's record in the ledger: the entry
-		// may still hold a lease, which a refund's end of the record would
-		// take out of the bucket's count.
-		r.Holder = e.holder
+		r.N = min(d+e.tokens.Swap(0), p.capacity)
+		r.Holder, r.Gen = e.holder, e.gen.Load()
 	}
 	_ = l.refund([]store.Refund{r}, false)
 }

@@ -54,6 +54,33 @@ func TestSettle(t *testing.T) {
 	}
 }
 
+// TestSettleGiveBackPastTheLease gives back more than the key's last lease
+// while the lease still holds tokens: the give-back goes to Redis with the
+// lease, and the bucket's ledger does not cap it at what the lease's record
+// counted (ExampleLimiter_Settle gave back nothing in a CI run where the
+// entry had left the cache).
+func TestSettleGiveBackPastTheLease(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(20, 20))
+	for range 3 { // claims of 20, 20 spent, 10 left in the lease
+		if r, err := l.AllowN(e.ctx, "k", 10); err != nil || !r.Allowed {
+			t.Fatalf("AllowN(k, 10) = %+v, %v; want allowed", r, err)
+		}
+	}
+	before := e.calls.Calls()
+	r, err := l.Settle(e.ctx, "k", 30, 4) // 26 back: more than a lease
+	if err != nil || !r.Allowed {
+		t.Fatalf("Settle(k, 30, 4) = %+v, %v; want allowed", r, err)
+	}
+	if got := e.calls.Calls() - before; got != 1 {
+		t.Errorf("Settle made %d Redis calls, want 1", got)
+	}
+	if got := l.Stats().Held; got != 0 {
+		t.Errorf("Held after a give-back to Redis = %d, want 0 (the lease went with it)", got)
+	}
+	e.closeAndAudit(t, l, 4, map[string]int64{"k": 4})
+}
+
 // TestSettleNeverBelowEmpty takes more than the bucket holds: it empties,
 // and Settle is not denied.
 func TestSettleNeverBelowEmpty(t *testing.T) {

@@ -34,7 +34,7 @@ var (
 	SlidingLog     = load("slidinglog.lua")
 	SlidingWindow  = load("slidingwindow.lua")
 	// Ledger is the token bucket with a ledger of leases held: the hybrid
-	// tier's store with hybrid.WithLeaseLedger.
+	// tier's store, unless hybrid.WithLimits.
 	Ledger = load("ledger.lua")
 	// Heartbeat keeps the set of a hybrid fleet's live instances.
 	Heartbeat = load("heartbeat.lua")
