@@ -246,7 +246,7 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
 	if l.cfg.ledger {
 		c.Holder, c.Gen, c.Held = e.holder, e.gen.Add(1), e.tokens.Load()
-		c.Orphan, c.OrphanHeld = e.orphan.Gen, e.orphan.Held
+		c.Orphan = e.orphan
 	}
 	return c
 }
@@ -260,12 +260,12 @@ func (l *Limiter) replied(e *entry, c store.Claim, err error) {
 	case !l.cfg.ledger:
 		return
 	case err == nil || tierlimit.Misconfigured(err):
-		e.orphan = store.Claim{}
+		e.orphan = 0
 	default:
-		e.orphan = c
+		e.orphan = c.Gen
 	}
-	e.orphaned.Store(e.orphan.Gen > 0)
-	if e.orphan.Gen > 0 && e.evicted.Load() {
+	e.orphaned.Store(e.orphan > 0)
+	if e.orphan > 0 && e.evicted.Load() {
 		l.keys.keep(e) // after the Store: see table.forget
 	}
 }

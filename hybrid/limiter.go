@@ -40,9 +40,9 @@ type Limiter struct {
 	start time.Time
 	epoch int64
 
-	waits    wait.Lines // WaitN's callers, in line per key
-	refills  chan *entry
-	stats    counters
+	waits   wait.Lines // WaitN's callers, in line per key
+	refills chan *entry
+	stats   counters
 
 	// The fleet: this instance's id, the Redis key of the fleet and the
 	// number of live instances last seen (1 until a heartbeat answers).

@@ -61,13 +61,13 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 			continue
 		}
 		gen, t := e.gen.Load(), e.tokens.Swap(0)
-		var orphan store.Claim
+		var orphan int64
 		if locked {
-			orphan, e.orphan = e.orphan, store.Claim{}
+			orphan, e.orphan = e.orphan, 0
 			e.orphaned.Store(false)
 			mu.Unlock()
 		}
-		if t > 0 || orphan.Gen > 0 {
+		if t > 0 || orphan > 0 {
 			// A claim whose reply never came may have run: its grant,
 			// recorded in the ledger, goes back too (store.Refund's
 			// Orphan). Close, which cannot wait for a claim in flight,
@@ -75,7 +75,7 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 			r := e.policy().refund(e.key, t, l.refundID())
 			if l.cfg.ledger {
 				r.Holder, r.Gen = e.holder, gen
-				r.Orphan, r.OrphanHeld = orphan.Gen, orphan.Held
+				r.Orphan = orphan
 			}
 			refunds = append(refunds, r)
 		}

@@ -1,7 +1,6 @@
 package hybrid
 
 import (
-	"github.com/tierlimit/tierlimit/internal/store"
 	"sync"
 	"sync/atomic"
 
@@ -28,8 +27,8 @@ type entry struct {
 	// Claims, refills and the janitor only.
 	holder     string                        // e's name in the bucket's lease ledger: unique in the fleet
 	gen        atomic.Int64                  // e's claims so far, with the ledger; written under the key lock, read by Close without it
-	orphan     store.Claim                   // e's last claim, if its call failed without a reply (Gen 0: none); under the key lock
-	orphaned   atomic.Bool                   // orphan.Gen > 0: the janitor gives its grant back (see holding)
+	orphan     int64                         // the Gen of e's last claim, if its call failed without a reply (0: none); under the key lock
+	orphaned   atomic.Bool                   // orphan > 0: the janitor gives its grant back (see holding)
 	expires    atomic.Int64                  // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64                  // ns of the last claim
 	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done

@@ -10,9 +10,10 @@
 --          is k tokens and r/unit of one more, ts = µs of the last write,
 --          unit:per:cap the limit it was written under. An absent key is a
 --          bucket full up to what the ledger leaves.
--- KEYS[2]  hash holder -> "held:gen:deadline": tokens the holder may still
---          spend (an upper bound), the number of its last claim, and the µs
---          after which it spends none of them (it promises to stop before).
+-- KEYS[2]  hash holder -> "held:gen:deadline:grant": tokens the holder may
+--          still spend (an upper bound), the number of its last claim, the µs
+--          after which it spends none of them (it promises to stop before),
+--          and what its last claim granted.
 -- KEYS[3]  optional: the marker of an idempotent refund (once in lib.lua).
 -- ARGV[1]  client clock in µs, or 0 for TIME
 -- ARGV[2]  min: tokens required; fewer available denies and grants nothing
@@ -27,16 +28,14 @@
 --          it (an upper bound); -1 for a call that is not a holder's claim
 -- ARGV[9]  holder, or '' for a call that holds nothing (AllowN)
 -- ARGV[10] optional: orphan, the number of the holder's last claim whose
---          reply it never got (0: none); Redis may have run it
--- ARGV[11] optional: what the holder said it held in that claim
---          (a refund may give back nothing but an orphan's grant)
+--          reply it never got (0: none); Redis may have run it (a refund may
+--          give back nothing but an orphan's grant)
 --
 -- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
 -- reset_us}; remaining is the level, what a claim could take now. A claim
 -- that names an orphan its entry shows was run (the entry's number is the
--- orphan's) is granted again what that claim granted (its entry less what
--- the holder held then), without taking it again: granted counts it, and
--- min counts it first.
+-- orphan's) is granted again what that claim granted, without taking it
+-- again: granted counts it, and min counts it first.
 --
 -- A state written under another limit is refilled under it up to now, to
 -- at most its capacity less every token the ledger holds, and converted
@@ -56,7 +55,7 @@ local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]
 local lim = ARGV[5]
 local unit, per, cap = tb_limit(lim)
 local hold, gen, held, holder = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
-local orphan, orphan_held = tonumber(ARGV[10] or 0), tonumber(ARGV[11] or 0)
+local orphan = tonumber(ARGV[10] or 0)
 if refund > 0 and not once(KEYS[3]) then
   refund = 0 -- this refund ran already
 end
@@ -67,19 +66,19 @@ local dirty = false
 
 -- The ledger: live entries, and those past their deadline in time order.
 local total, maxd = 0, 0 -- tokens of every entry; latest live deadline
-local mine               -- {held, gen, deadline} of holder's live entry
+local mine               -- {held, gen, deadline, grant} of holder's live entry
 local gone, dead = {}, {}
 local raw = redis.call('HGETALL', KEYS[2])
 for i = 1, #raw, 2 do
-  local h, g, d = string.match(raw[i + 1], '^(%d+):(%d+):(%d+)$')
-  h, g, d = tonumber(h), tonumber(g), tonumber(d)
+  local h, g, d, last = string.match(raw[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
+  h, g, d, last = tonumber(h), tonumber(g), tonumber(d), tonumber(last)
   total = total + h
   if d <= now then
     gone[#gone + 1] = raw[i]
     dead[#dead + 1] = {d, h}
   else
     if d > maxd then maxd = d end
-    if raw[i] == holder then mine = {h, g, d} end
+    if raw[i] == holder then mine = {h, g, d, last} end
   end
 end
 
@@ -112,7 +111,7 @@ end
 -- A refund gives it back with the rest.
 local recovered = 0
 if orphan > 0 and holder ~= '' and mine and mine[2] == orphan then
-  recovered = math.max(mine[1] - orphan_held, 0)
+  recovered = math.min(mine[4], mine[1])
   if held < 0 then
     refund, recovered = refund + recovered, 0
   else
@@ -149,9 +148,9 @@ if holder ~= '' and held >= 0 and (grant > 0 or mine) then
   if grant > 0 then
     local d = now + hold
     if d > maxd then maxd = d end
-    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d', keep + grant, gen, d))
+    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:%d', keep + grant, gen, d, grant))
   elseif keep > 0 then
-    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d', keep, gen, mine[3]))
+    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:0', keep, gen, mine[3]))
   else
     redis.call('HDEL', KEYS[2], holder)
   end

@@ -42,11 +42,11 @@ type Claim struct {
 	// claims (at least; >= 0): the ledger lowers its entry to it.
 	Held int64
 	// Orphan, if not 0, is the Gen of the holder's last claim, whose call
-	// failed without a reply (Redis may have run it), and OrphanHeld the
-	// Held it sent. If that claim ran (nothing was recorded for the holder
-	// since), what it granted is granted again by this claim, not taken
-	// twice: a reply lost on the way strands no tokens.
-	Orphan, OrphanHeld int64
+	// failed without a reply (Redis may have run it). If that claim ran
+	// (nothing was recorded for the holder since, and its record is live),
+	// what it granted is granted again by this claim, not taken twice: a
+	// reply lost on the way strands no tokens.
+	Orphan int64
 }
 
 // Lease takes between c.Min and c.Want tokens for key in one round trip,
@@ -84,11 +84,11 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	if c.peek() {
 		return p, nil
 	}
-	if l.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Refund != 0 || c.Orphan < 0 || c.Orphan >= c.Gen || c.OrphanHeld < 0) {
-		return nil, fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0, Refund 0, 0 <= Orphan < Gen and OrphanHeld >= 0",
+	if l.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Refund != 0 || c.Orphan < 0 || c.Orphan >= c.Gen) {
+		return nil, fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0, Refund 0 and 0 <= Orphan < Gen",
 			tierlimit.ErrInvalidCost, c)
 	}
-	if !l.alg.holders && (c.Orphan != 0 || c.OrphanHeld != 0) {
+	if !l.alg.holders && c.Orphan != 0 {
 		return nil, fmt.Errorf("%w: remote: an orphan claim for a bucket without a lease ledger", tierlimit.ErrInvalidCost)
 	}
 	return p, l.checkHolder(c.Holder, c.Gen)
@@ -141,7 +141,7 @@ func (l *Limiter) claimArgs(c Claim, p *plan) []any {
 // ledgerArgs returns the ARGV of ledger.lua for claim c's Min, Want and
 // Refund under p (one limit), by holder.
 func (l *Limiter) ledgerArgs(c Claim, p *plan, gen, held int64, holder string) []any {
-	return []any{l.now(), c.Min, c.Want, c.Refund, p.specs[0], l.hold, gen, held, holder, c.Orphan, c.OrphanHeld}
+	return []any{l.now(), c.Min, c.Want, c.Refund, p.specs[0], l.hold, gen, held, holder, c.Orphan}
 }
 
 // Refund gives N unspent tokens back to Key.
@@ -163,10 +163,10 @@ type Refund struct {
 	// claim before it counted them (a later claim's entry stays).
 	Holder string
 	Gen    int64
-	// Orphan and OrphanHeld, for a bucket with a ledger only, as
-	// Claim's: the grant of the holder's claim Orphan, if it ran, is given
-	// back too. N may then be 0.
-	Orphan, OrphanHeld int64
+	// Orphan, for a bucket with a ledger only, as Claim's: the grant of
+	// the holder's claim Orphan, if it ran, is given back too. N may then
+	// be 0.
+	Orphan int64
 }
 
 // Refund gives tokens back to their buckets, capped at capacity, in one
@@ -191,8 +191,8 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if err != nil {
 			return refunds, err
 		}
-		if r.Orphan < 0 || r.Orphan > r.Gen || r.OrphanHeld < 0 || (!l.alg.holders && r.Orphan != 0) {
-			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Orphan <= Gen, OrphanHeld >= 0, and a ledger for an orphan",
+		if r.Orphan < 0 || r.Orphan > r.Gen || (!l.alg.holders && r.Orphan != 0) {
+			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Orphan <= Gen, and a ledger for an orphan",
 				tierlimit.ErrInvalidCost, r)
 		}
 		plans[i] = p
@@ -215,7 +215,7 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if !l.alg.holders {
 			return keys, l.args(modeDecide, 0, r.N, plans[i], 0)
 		}
-		return keys, l.ledgerArgs(Claim{Refund: r.N, Orphan: r.Orphan, OrphanHeld: r.OrphanHeld}, plans[i], r.Gen, -1, r.Holder)
+		return keys, l.ledgerArgs(Claim{Refund: r.N, Orphan: r.Orphan}, plans[i], r.Gen, -1, r.Holder)
 	})
 	var errs []error
 	for i, c := range cmds {

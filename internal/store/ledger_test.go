@@ -132,17 +132,22 @@ func testLeaseLedgerOrphan(t *testing.T, b backend) {
 		// a spent 4 of them; its claim 2 runs, but a never hears back.
 		{"a's claim 2 (its reply lost)", Claim{Min: 1, Want: 20, Holder: "a", Gen: 2, Held: 6}, 20, 70},
 		// Claim 3 names claim 2: its 20 come back, with 5 new ones.
-		{"a's claim 3 names the orphan", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2, OrphanHeld: 6}, 25, 65},
+		{"a's claim 3 names the orphan", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2}, 25, 65},
 		// Named again (claim 3's reply lost too, say, and claim 4 names
 		// claim 2 by mistake): the entry's number is 3 now, nothing again.
-		{"a names claim 2 again", Claim{Min: 1, Want: 5, Holder: "a", Gen: 4, Held: 31, Orphan: 2, OrphanHeld: 6}, 5, 60},
+		{"a names claim 2 again", Claim{Min: 1, Want: 5, Holder: "a", Gen: 4, Held: 31, Orphan: 2}, 5, 60},
 		// An orphan that never ran (the entry is at claim 4): nothing.
 		{"b's first claim", Claim{Min: 1, Want: 10, Holder: "b", Gen: 1}, 10, 50},
-		{"b names a claim that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Orphan: 2, OrphanHeld: 10}, 10, 40},
+		{"b names a claim that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Orphan: 2}, 10, 40},
+		// The orphan's grant is what it granted, whatever the holder said
+		// it held: here more than its record (a give-back into its lease).
+		{"e claims 10", Claim{Min: 1, Want: 10, Holder: "e", Gen: 1}, 10, 30},
+		{"e's claim 2, holding 15 (reply lost)", Claim{Min: 1, Want: 5, Holder: "e", Gen: 2, Held: 15}, 5, 25},
+		{"e's claim 3 names it", Claim{Min: 1, Want: 5, Holder: "e", Gen: 3, Held: 15, Orphan: 2}, 10, 20},
 		// The orphan covers min: a claim of at least 15 with 20 recovered
 		// is granted even with nothing left to take.
-		{"c drains the bucket, reply lost", Claim{Min: 1, Want: 40, Holder: "c", Gen: 1}, 40, 0},
-		{"c's claim of 15 on an empty bucket", Claim{Min: 15, Want: 15, Holder: "c", Gen: 2, Orphan: 1}, 40, 0},
+		{"c drains the bucket, reply lost", Claim{Min: 1, Want: 20, Holder: "c", Gen: 1}, 20, 0},
+		{"c's claim of 15 on an empty bucket", Claim{Min: 15, Want: 15, Holder: "c", Gen: 2, Orphan: 1}, 20, 0},
 	} {
 		n, r, err := tb.Lease(ctx, "k", s.c)
 		if err != nil {
@@ -179,11 +184,10 @@ func TestLeaseLedgerInput(t *testing.T) {
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},               // no holder
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: long}, tierlimit.ErrInvalidKey}, // holder too long
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a", Held: -1}, tierlimit.ErrInvalidCost},
-		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost}, // refund in a claim
+		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost},         // refund in a claim
 		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Orphan: 2}, tierlimit.ErrInvalidCost}, // an orphan not before the claim
-		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Orphan: 1, OrphanHeld: -1}, tierlimit.ErrInvalidCost},
-		{plain, Claim{Min: 1, Want: 1, Orphan: 1}, tierlimit.ErrInvalidCost}, // no ledger to recover from
-		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},              // no ledger to record it
+		{plain, Claim{Min: 1, Want: 1, Orphan: 1}, tierlimit.ErrInvalidCost},                       // no ledger to recover from
+		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},                      // no ledger to record it
 		{plain, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},
 		{gcra, Claim{Min: 1, Want: 1}, errNoLease}, // only a token bucket leases
 	}
