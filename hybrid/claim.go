@@ -254,14 +254,17 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 // replied records whether e's claim c got Redis's reply, under e's key
 // lock: a claim whose call failed may still have run, and the ledger then
 // holds what it granted, which e's next claim asks for (store.Claim's
-// Orphan). A reply, even a refusal, settles every claim before it.
+// Orphan: the first claim since the last reply). A reply settles every
+// claim before it; an error reply ran nothing.
 func (l *Limiter) replied(e *entry, c store.Claim, err error) {
+	var reply redis.Error
 	switch {
 	case !l.cfg.ledger:
 		return
-	case err == nil || tierlimit.Misconfigured(err):
+	case err == nil:
 		e.orphan = 0
-	default:
+	case errors.As(err, &reply) || tierlimit.Misconfigured(err):
+	case e.orphan == 0:
 		e.orphan = c.Gen
 	}
 	e.orphaned.Store(e.orphan > 0)

@@ -319,13 +319,13 @@ func (st keyState) printLedger(line func(string, string, ...any)) {
 	holders := slices.Sorted(maps.Keys(st.holders))
 	var sum int64
 	for _, h := range holders {
-		f, ok := fields(st.holders[h], 3)
+		f, ok := fields(st.holders[h], 4)
 		if !ok {
-			line("holder", "%s: %q, not in the format held:gen:deadline (docs/operations.md)", h, st.holders[h])
+			line("holder", "%s: %q, not in the format held:gen:deadline:grant (docs/operations.md)", h, st.holders[h])
 			continue
 		}
 		sum += f[0]
-		line("holder", "%s: %d tokens at most, after claim #%d; spends none after %s", h, f[0], f[1], st.ago(f[2]))
+		line("holder", "%s: %d tokens at most, after claim #%d, which handed out %d; spends none after %s", h, f[0], f[1], f[3], st.ago(f[2]))
 	}
 	line("held", "%d tokens by %d holder(s)", sum, len(holders))
 }

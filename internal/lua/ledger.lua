@@ -13,7 +13,7 @@
 -- KEYS[2]  hash holder -> "held:gen:deadline:grant": tokens the holder may
 --          still spend (an upper bound), the number of its last claim, the µs
 --          after which it spends none of them (it promises to stop before),
---          and what its last claim granted.
+--          and what its last claim handed out (granted and recovered).
 -- KEYS[3]  optional: the marker of an idempotent refund (once in lib.lua).
 -- ARGV[1]  client clock in µs, or 0 for TIME
 -- ARGV[2]  min: tokens required; fewer available denies and grants nothing
@@ -27,15 +27,17 @@
 -- ARGV[8]  held: for a claim, the tokens the holder still holds as it sends
 --          it (an upper bound); -1 for a call that is not a holder's claim
 -- ARGV[9]  holder, or '' for a call that holds nothing (AllowN)
--- ARGV[10] optional: orphan, the number of the holder's last claim whose
---          reply it never got (0: none); Redis may have run it (a refund may
---          give back nothing but an orphan's grant)
+-- ARGV[10] optional: orphan, the number of the holder's first claim whose
+--          reply it never got, none of the later ones' either (0: none);
+--          Redis may have run them (a refund may give back nothing but an
+--          orphan's grant)
 --
 -- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
 -- reset_us}; remaining is the level, what a claim could take now. A claim
 -- that names an orphan its entry shows was run (the entry's number is the
--- orphan's) is granted again what that claim granted, without taking it
--- again: granted counts it, and min counts it first.
+-- orphan's or later) is granted again what the entry's claim handed out
+-- (its grant and what it recovered in turn), without taking it again:
+-- granted counts it, and min counts it first.
 --
 -- A state written under another limit is refilled under it up to now, to
 -- at most its capacity less every token the ledger holds, and converted
@@ -110,7 +112,7 @@ end
 -- is in the holder's entry, not in the holder's hands. Hand it over.
 -- A refund gives it back with the rest.
 local recovered = 0
-if orphan > 0 and holder ~= '' and mine and mine[2] == orphan then
+if orphan > 0 and holder ~= '' and mine and mine[2] >= orphan then
   recovered = math.min(mine[4], mine[1])
   if held < 0 then
     refund, recovered = refund + recovered, 0
@@ -148,9 +150,9 @@ if holder ~= '' and held >= 0 and (grant > 0 or mine) then
   if grant > 0 then
     local d = now + hold
     if d > maxd then maxd = d end
-    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:%d', keep + grant, gen, d, grant))
+    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:%d', keep + grant, gen, d, grant + recovered))
   elseif keep > 0 then
-    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:0', keep, gen, mine[3]))
+    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:%d', keep, gen, mine[3], recovered))
   else
     redis.call('HDEL', KEYS[2], holder)
   end

@@ -41,11 +41,12 @@ type Claim struct {
 	// Held is what the holder still holds of its earlier grants as it
 	// claims (at least; >= 0): the ledger lowers its entry to it.
 	Held int64
-	// Orphan, if not 0, is the Gen of the holder's last claim, whose call
-	// failed without a reply (Redis may have run it). If that claim ran
-	// (nothing was recorded for the holder since, and its record is live),
-	// what it granted is granted again by this claim, not taken twice: a
-	// reply lost on the way strands no tokens.
+	// Orphan, if not 0, is the Gen of the holder's first claim whose call
+	// failed without a reply (Redis may have run it), no later claim's
+	// reply having come either (each named Orphan too). If one of them ran
+	// (its record is live), what the last that ran handed out is granted
+	// again by this claim, not taken twice: a reply lost on the way
+	// strands no tokens.
 	Orphan int64
 }
 

@@ -133,21 +133,26 @@ func testLeaseLedgerOrphan(t *testing.T, b backend) {
 		{"a's claim 2 (its reply lost)", Claim{Min: 1, Want: 20, Holder: "a", Gen: 2, Held: 6}, 20, 70},
 		// Claim 3 names claim 2: its 20 come back, with 5 new ones.
 		{"a's claim 3 names the orphan", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2}, 25, 65},
-		// Named again (claim 3's reply lost too, say, and claim 4 names
-		// claim 2 by mistake): the entry's number is 3 now, nothing again.
-		{"a names claim 2 again", Claim{Min: 1, Want: 5, Holder: "a", Gen: 4, Held: 31, Orphan: 2}, 5, 60},
-		// An orphan that never ran (the entry is at claim 4): nothing.
-		{"b's first claim", Claim{Min: 1, Want: 10, Holder: "b", Gen: 1}, 10, 50},
-		{"b names a claim that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Orphan: 2}, 10, 40},
-		// The orphan's grant is what it granted, whatever the holder said
-		// it held: here more than its record (a give-back into its lease).
-		{"e claims 10", Claim{Min: 1, Want: 10, Holder: "e", Gen: 1}, 10, 30},
-		{"e's claim 2, holding 15 (reply lost)", Claim{Min: 1, Want: 5, Holder: "e", Gen: 2, Held: 15}, 5, 25},
-		{"e's claim 3 names it", Claim{Min: 1, Want: 5, Holder: "e", Gen: 3, Held: 15, Orphan: 2}, 10, 20},
-		// The orphan covers min: a claim of at least 15 with 20 recovered
-		// is granted even with nothing left to take.
-		{"c drains the bucket, reply lost", Claim{Min: 1, Want: 20, Holder: "c", Gen: 1}, 20, 0},
-		{"c's claim of 15 on an empty bucket", Claim{Min: 15, Want: 15, Holder: "c", Gen: 2, Orphan: 1}, 20, 0},
+		// An orphan that never ran (the entry is at claim 1): nothing.
+		{"b's first claim", Claim{Min: 1, Want: 10, Holder: "b", Gen: 1}, 10, 55},
+		{"b names a claim that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Orphan: 2}, 10, 45},
+		// The orphan's grant is what it handed out, whatever the holder
+		// said it held: here more than its record (a give-back into its
+		// lease).
+		{"e claims 10", Claim{Min: 1, Want: 10, Holder: "e", Gen: 1}, 10, 35},
+		{"e's claim 2, holding 15 (reply lost)", Claim{Min: 1, Want: 5, Holder: "e", Gen: 2, Held: 15}, 5, 30},
+		{"e's claim 3 names it", Claim{Min: 1, Want: 5, Holder: "e", Gen: 3, Held: 15, Orphan: 2}, 10, 25},
+		// Two replies lost in a row: claim 3 recovered claim 2's grant and
+		// took 5 more, and claim 4, still naming claim 2 (the first without
+		// a reply), gets both.
+		{"f claims 10", Claim{Min: 1, Want: 10, Holder: "f", Gen: 1}, 10, 15},
+		{"f's claim 2 (reply lost)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 2, Held: 10}, 5, 10},
+		{"f's claim 3 names it (reply lost too)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 3, Held: 10, Orphan: 2}, 10, 5},
+		{"f's claim 4 names claim 2", Claim{Min: 1, Want: 1, Holder: "f", Gen: 4, Held: 10, Orphan: 2}, 11, 4},
+		// The orphan covers min: a claim of at least 3 with 4 recovered is
+		// granted with nothing left to take.
+		{"c drains the bucket, reply lost", Claim{Min: 1, Want: 4, Holder: "c", Gen: 1}, 4, 0},
+		{"c's claim of 3 on an empty bucket", Claim{Min: 3, Want: 3, Holder: "c", Gen: 2, Orphan: 1}, 4, 0},
 	} {
 		n, r, err := tb.Lease(ctx, "k", s.c)
 		if err != nil {
@@ -306,9 +311,9 @@ func FuzzLedger(f *testing.F) {
 			records := rdb.HGetAll(ctx, keys[1]).Val()
 			var sum int64
 			for _, h := range hs {
-				var rec, gen, deadline int64
+				var rec, gen, deadline, grant int64
 				if v, ok := records[h.name]; ok {
-					if _, err := fmt.Sscanf(v, "%d:%d:%d", &rec, &gen, &deadline); err != nil {
+					if _, err := fmt.Sscanf(v, "%d:%d:%d:%d", &rec, &gen, &deadline, &grant); err != nil {
 						t.Fatalf("record %q: %v", v, err)
 					}
 				}
