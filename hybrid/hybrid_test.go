@@ -442,8 +442,9 @@ func statsCountEveryDecision(t *testing.T, opts ...Option) {
 	const workers, calls, keys = 8, 1500, 20
 	var allowed, denied, local atomic.Int64
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() { // expire leases now and then (the janitor ticks every 2.5 ms), and reset a key
+		defer close(stopped)
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -484,6 +485,7 @@ func statsCountEveryDecision(t *testing.T, opts ...Option) {
 	}
 	wg.Wait()
 	close(stop)
+	<-stopped // a Reset after Close would be ErrClosed
 	for _, when := range []string{"before Close", "after Close"} {
 		s := l.Stats()
 		if s.Allowed != allowed.Load() || s.Denied != denied.Load() {

@@ -115,6 +115,9 @@ local recovered = 0
 if orphan > 0 and holder ~= '' and mine and mine[2] >= orphan then
   recovered = math.min(mine[4], mine[1])
   if held < 0 then
+    -- A refund covers the claims numbered up to its own: a later claim's
+    -- entry, and what it handed out, is the later claim's.
+    if mine[2] > gen then recovered = 0 end
     refund, recovered = refund + recovered, 0
   else
     held = held + recovered

@@ -162,6 +162,27 @@ func testLeaseLedgerOrphan(t *testing.T, b backend) {
 			t.Errorf("%s: granted %d, %+v; want %d granted, allowed, %d remaining", s.name, n, r, s.granted, s.remained)
 		}
 	}
+	// A refund covers the claims numbered up to its own: h's janitor takes
+	// its 10 tokens with claim 2 (its reply lost) as the orphan, but claim
+	// 3 runs before the refund does. The refund gives back the 10 and no
+	// orphan's grant: claim 3's entry no longer counts claim 2's (stranded,
+	// never minted), and claim 3's five are h's (the refund once gave them
+	// back too, and minted them).
+	for _, c := range []Claim{
+		{Min: 1, Want: 10, Holder: "h", Gen: 1},
+		{Min: 1, Want: 5, Holder: "h", Gen: 2, Held: 10},
+		{Min: 1, Want: 5, Holder: "h", Gen: 3},
+	} {
+		if _, _, err := tb.Lease(ctx, "k2", c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tb.Refund(ctx, Refund{Key: "k2", N: 10, Holder: "h", Gen: 2, Orphan: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := tb.AllowN(ctx, "k2", 0); err != nil || r.Remaining != 90 {
+		t.Errorf("after a refund of 10 racing claim 3: %+v, %v; want 90 remaining (80 + 10)", r, err)
+	}
 }
 
 func TestLeaseLedgerInput(t *testing.T) {
