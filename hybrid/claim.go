@@ -246,7 +246,7 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
 	if l.cfg.ledger {
 		c.Holder, c.Gen, c.Held = e.holder, e.gen.Add(1), e.tokens.Load()
-		c.Orphan = e.orphan
+		c.Orphan = e.orphan.Load()
 	}
 	return c
 }
@@ -262,13 +262,12 @@ func (l *Limiter) replied(e *entry, c store.Claim, err error) {
 	case !l.cfg.ledger:
 		return
 	case err == nil:
-		e.orphan = 0
+		e.orphan.Store(0)
 	case errors.As(err, &reply) || tierlimit.Misconfigured(err):
-	case e.orphan == 0:
-		e.orphan = c.Gen
+	case e.orphan.Load() == 0:
+		e.orphan.Store(c.Gen)
 	}
-	e.orphaned.Store(e.orphan > 0)
-	if e.orphan > 0 && e.evicted.Load() {
+	if e.orphan.Load() > 0 && e.evicted.Load() {
 		l.keys.keep(e) // after the Store: see table.forget
 	}
 }

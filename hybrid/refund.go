@@ -63,8 +63,7 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 		gen, t := e.gen.Load(), e.tokens.Swap(0)
 		var orphan int64
 		if locked {
-			orphan, e.orphan = e.orphan, 0
-			e.orphaned.Store(false)
+			orphan = e.orphan.Swap(0)
 			mu.Unlock()
 		}
 		if t > 0 || orphan > 0 {

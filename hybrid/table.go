@@ -27,8 +27,7 @@ type entry struct {
 	// Claims, refills and the janitor only.
 	holder     string                        // e's name in the bucket's lease ledger: unique in the fleet
 	gen        atomic.Int64                  // e's claims so far, with the ledger; written under the key lock, read by Close without it
-	orphan     int64                         // the Gen of e's last claim, if its call failed without a reply (0: none); under the key lock
-	orphaned   atomic.Bool                   // orphan > 0: the janitor gives its grant back (see holding)
+	orphan     atomic.Int64                  // the Gen of e's first claim since a reply, if its call failed without one (0: none); written under the key lock
 	expires    atomic.Int64                  // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64                  // ns of the last claim
 	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done
@@ -207,7 +206,7 @@ func (t *table) holding() []*entry {
 func (t *table) cached() []*entry {
 	var out []*entry
 	t.cache.IterValues(func(e *entry) bool {
-		if e.tokens.Load() > 0 || e.owed.Load() > 0 || e.orphaned.Load() {
+		if e.tokens.Load() > 0 || e.owed.Load() > 0 || e.orphan.Load() > 0 {
 			out = append(out, e)
 		}
 		return false
@@ -238,7 +237,7 @@ func (t *table) droppedNow() []*entry {
 // calls keep, and forget checks them under mu.
 func (t *table) forget(e *entry) (gone bool) {
 	t.mu.Lock()
-	if e.tokens.Load() == 0 && e.owed.Load() == 0 && !e.orphaned.Load() {
+	if e.tokens.Load() == 0 && e.owed.Load() == 0 && e.orphan.Load() == 0 {
 		_, gone = t.dropped[e]
 		delete(t.dropped, e)
 		if t.lastDropped[e.key] == e {
