@@ -12,7 +12,7 @@ import (
 // Defaults of the options.
 const (
 	DefaultMaxKeys        = 100_000
-	DefaultLeaseTTL       = time.Second
+	DefaultLeaseTTL       = 2 * time.Second
 	DefaultRefillInterval = 50 * time.Millisecond
 	DefaultCallBudget     = 25 * time.Millisecond
 	// DefaultBreakerThreshold is the number of consecutive failed Redis
