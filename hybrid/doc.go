@@ -6,8 +6,7 @@
 // spent locally. A ledger beside the bucket records what each instance
 // still holds, and the bucket refills only what the leases leave: over any
 // interval the fleet admits at most what one bucket allows (docs/design.md,
-// G1, with its two exceptions; with WithLimits, which keeps no ledger, plus
-// the tokens held in leases at the interval's start). A
+// G1, with its two exceptions; with WithLimits, for every limit). A
 // [Limiter] decides, for each AllowN:
 //
 //  1. Lease: if the key holds a local lease with n tokens, take them with an

@@ -564,9 +564,9 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 }
 
-// TestNewLoadsTheScript: New loads its bucket's script (the ledger's by
-// default, the plain token bucket's with WithLimits), so that the first
-// claim runs it by its SHA.
+// TestNewLoadsTheScript: New loads its bucket's script (the ledger's, with
+// WithLimits too; the plain token bucket's without the ledger), so that
+// the first claim runs it by its SHA.
 func TestNewLoadsTheScript(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -574,7 +574,8 @@ func TestNewLoadsTheScript(t *testing.T) {
 		script *redis.Script
 	}{
 		{"default", nil, lua.Ledger},
-		{"WithLimits", []Option{WithLimits(tierlimit.PerHour(1000))}, lua.TokenBucket},
+		{"WithLimits", []Option{WithLimits(tierlimit.PerHour(1000))}, lua.Ledger},
+		{"without the ledger", []Option{withoutLedger()}, lua.TokenBucket},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)

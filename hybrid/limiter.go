@@ -129,8 +129,6 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		// The bucket reads the server's eviction settings (Stats.Eviction).
 		bucketCfg.Observer = &tierlimit.Observer{Eviction: o.Eviction}
 	}
-	// WithLimits' buckets keep no ledger: its script is for one limit.
-	cfg.ledger = cfg.ledger && len(cfg.extra) == 0
 	if cfg.ledger {
 		// The bucket keeps a ledger of the tokens each entry holds, and
 		// refills only up to what they leave (G1 in docs/design.md). An

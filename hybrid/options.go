@@ -56,7 +56,7 @@ type config struct {
 	refillInterval     time.Duration
 	callBudget         time.Duration
 	maxKeys            int64
-	ledger             bool // the lease ledger: on, unless WithLimits (or a test's withoutLedger)
+	ledger             bool // the lease ledger: on, unless a test's withoutLedger
 	clock              Clock
 	fallback           *tierlimit.Limit
 	limitFunc          tierlimit.LimitFunc
@@ -94,11 +94,9 @@ func invalid(format string, args ...any) error {
 // the fleet admits what every limit allows. Leases are bounded by the
 // smallest Burst, and while Redis is unreachable a key is held to its
 // share of the tightest limit (the lowest rate, with the smallest burst).
-//
-// The buckets then keep no lease ledger (its script is for one limit): the
-// fleet admits at most one bucket's bound plus the tokens held in leases
-// when the interval began (docs/design.md, G1), which matters when demand
-// pauses for less than a lease TTL and then surges.
+// Every limit's bucket keeps its lease ledger, which records each grant:
+// over any interval the fleet admits at most what each limit's one bucket
+// would (docs/design.md, G1).
 func WithLimits(limits ...tierlimit.Limit) Option {
 	return optionFunc(func(c *config) error {
 		for _, lim := range limits {
@@ -221,7 +219,7 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithLeaseLedger does nothing: the lease ledger is on by default (see the
-// package documentation), and a Limiter with WithLimits keeps none.
+// package documentation), WithLimits included.
 //
 // Deprecated: the ledger is the default.
 func WithLeaseLedger() Option {

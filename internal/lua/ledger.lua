@@ -1,10 +1,17 @@
--- ledger.lua: the token bucket of tokenbucket.lua, one limit, with a ledger
--- of the tokens holders (hybrid instances) have leased and may still spend.
--- The bucket refills only up to capacity minus what the ledger holds, so
--- that the level plus the tokens held never exceed the capacity: a fleet
--- then admits, over any interval T, at most capacity + rate·T, as one bucket
--- would, whatever it held when the interval began. The bucket's state,
--- refill and write are lib.lua's (bucket_get, fill, bucket_put).
+-- ledger.lua: the token buckets of tokenbucket.lua, one per limit of a key,
+-- each with a ledger of the tokens holders (hybrid instances) have leased
+-- and may still spend. A bucket refills only up to its capacity minus what
+-- its ledger holds, so that the level plus the tokens held never exceed the
+-- capacity: a fleet then admits, over any interval T, at most capacity +
+-- rate·T of every limit, as one bucket per limit would, whatever it held
+-- when the interval began. A grant takes the same tokens from every bucket
+-- and is recorded in every ledger (a token spent counts against every
+-- limit). The buckets' state, refill and write are lib.lua's (bucket_get,
+-- fill, bucket_put).
+--
+-- Limit i (1..n) has KEYS[2i-1] and KEYS[2i], as KEYS[1] and KEYS[2] below,
+-- and its limit in ARGV[5] (i = 1) or ARGV[9+i] (i >= 2); the optional
+-- refund marker is KEYS[2n+1].
 --
 -- KEYS[1]  string "k:r:ts:unit:per:cap", as tokenbucket.lua's: the level
 --          is k tokens and r/unit of one more, ts = µs of the last write,
@@ -27,17 +34,19 @@
 -- ARGV[8]  held: for a claim, the tokens the holder still holds as it sends
 --          it (an upper bound); -1 for a call that is not a holder's claim
 -- ARGV[9]  holder, or '' for a call that holds nothing (AllowN)
--- ARGV[10] optional: orphan, the number of the holder's first claim whose
---          reply it never got, none of the later ones' either (0: none);
---          Redis may have run them (a refund may give back nothing but an
---          orphan's grant)
+-- ARGV[10] orphan, the number of the holder's first claim whose reply it
+--          never got, none of the later ones' either (0: none); Redis may
+--          have run them (a refund may give back nothing but an orphan's
+--          grant)
+-- ARGV[11..] the limits of limits 2..n, as ARGV[5]
 --
--- Reply: as tokenbucket.lua, {allowed, granted, remaining, retry_us,
--- reset_us}; remaining is the level, what a claim could take now. A claim
+-- Reply: as tokenbucket.lua, {allowed, granted, then per limit: remaining,
+-- retry_us, reset_us}; remaining is the level, what a claim could take
+-- now. A claim
 -- that names an orphan its entry shows was run (the entry's number is the
--- orphan's or later) is granted again what the entry's claim handed out
--- (its grant and what it recovered in turn), without taking it again:
--- granted counts it, and min counts it first.
+-- orphan's or later, in every limit's ledger) is granted again what the
+-- entry's claim handed out (its grant and what it recovered in turn),
+-- without taking it again: granted counts it, and min counts it first.
 --
 -- A state written under another limit is refilled under it up to now, to
 -- at most its capacity less every token the ledger holds, and converted
@@ -47,77 +56,102 @@
 -- decides, deadlines included; waits and TTLs count from the clock the call
 -- read.
 --
--- Invariants, with O the tokens the ledger holds: k + O <= cap after every
--- call, r < unit, and r = 0 when k + O = cap; the level rises by at most
+-- Invariants, per limit, with O the tokens its ledger holds: k + O <= cap
+-- after every call, r < unit, and r = 0 when k + O = cap; the level rises by at most
 -- per units a µs of elapsed time, whatever the ledger does (a holder's
 -- deadline passing raises the ceiling, not the level); a denied call grants nothing; every key has a TTL, and the state
 -- lives until the bucket is full after the ledger's last deadline.
 local clock = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local lim = ARGV[5]
-local unit, per, cap = tb_limit(lim)
 local hold, gen, held, holder = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
 local orphan = tonumber(ARGV[10] or 0)
-if refund > 0 and not once(KEYS[3]) then
+local n = 1
+if #ARGV > 10 then n = #ARGV - 9 end
+if refund > 0 and not once(KEYS[2 * n + 1]) then
   refund = 0 -- this refund ran already
 end
-local k, r, ts, old = bucket_get(KEYS[1])
-local now = clock
-if ts and ts > now then now = ts end
-local dirty = false
 
--- The ledger: live entries, and those past their deadline in time order.
-local total, maxd = 0, 0 -- tokens of every entry; latest live deadline
-local mine               -- {held, gen, deadline, grant} of holder's live entry
-local gone, dead = {}, {}
-local raw = redis.call('HGETALL', KEYS[2])
-for i = 1, #raw, 2 do
-  local h, g, d, last = string.match(raw[i + 1], '^(%d+):(%d+):(%d+):(%d+)$')
-  h, g, d, last = tonumber(h), tonumber(g), tonumber(d), tonumber(last)
-  total = total + h
-  if d <= now then
-    gone[#gone + 1] = raw[i]
-    dead[#dead + 1] = {d, h}
-  else
-    if d > maxd then maxd = d end
-    if raw[i] == holder then mine = {h, g, d, last} end
-  end
-end
+-- Per limit i: B[i], its bucket refilled up to its clock and its ledger
+-- read, entries past their deadline dropped (each table built whole: Lua
+-- resizes a table that grows).
+local B = {}
+for i = 1, n do
+  local lim = ARGV[5]
+  if i > 1 then lim = ARGV[9 + i] end
+  local unit, per, cap = tb_limit(lim)
+  local b = {bk = KEYS[2 * i - 1], hk = KEYS[2 * i], lim = lim, unit = unit, per = per, cap = cap,
+    k = 0, r = 0, now = 0, total = 0, maxd = 0, dirty = false, mine = false, keep = 0}
+  local k, r, ts, old = bucket_get(b.bk)
+  local now = clock
+  if ts and ts > now then now = ts end
+  b.now, b.dirty = now, false
 
--- Refill up to now, the ceiling rising at each deadline passed.
-if k and old ~= lim then
-  k, r, ts = bucket_convert(k, r, ts, old, now, unit, cap, total)
-  dirty = true
-end
-if not k then
-  k, r, ts = math.max(cap - total, 0), 0, now
-elseif k >= cap - total then
-  k, r = math.max(cap - total, 0), 0
-end
-if #dead > 1 then table.sort(dead, function(a, b) return a[1] < b[1] end) end
-for _, x in ipairs(dead) do
-  if x[1] > ts then
-    k, r = fill(k, r, x[1] - ts, unit, per, cap - total)
-    ts = x[1]
+  -- The ledger: live entries, and those past their deadline in time order.
+  local total, maxd = 0, 0 -- tokens of every entry; latest live deadline
+  local gone, dead = {}, {}
+  local raw = redis.call('HGETALL', b.hk)
+  for j = 1, #raw, 2 do
+    local h, g, d, last = string.match(raw[j + 1], '^(%d+):(%d+):(%d+):(%d+)$')
+    h, g, d, last = tonumber(h), tonumber(g), tonumber(d), tonumber(last)
+    total = total + h
+    if d <= now then
+      gone[#gone + 1] = raw[j]
+      dead[#dead + 1] = {d, h}
+    else
+      if d > maxd then maxd = d end
+      if raw[j] == holder then b.mine = {h, g, d, last} end
+    end
   end
-  total = total - x[2]
-end
-k, r = fill(k, r, now - ts, unit, per, cap - total)
-if #gone > 0 then
-  dirty = true
-  redis.call('HDEL', KEYS[2], unpack(gone))
+
+  -- Refill up to now, the ceiling rising at each deadline passed.
+  if k and old ~= lim then
+    k, r, ts = bucket_convert(k, r, ts, old, now, b.unit, b.cap, total)
+    b.dirty = true
+  end
+  if not k then
+    k, r, ts = math.max(b.cap - total, 0), 0, now
+  elseif k >= b.cap - total then
+    k, r = math.max(b.cap - total, 0), 0
+  end
+  if #dead > 1 then table.sort(dead, function(x, y) return x[1] < y[1] end) end
+  for _, x in ipairs(dead) do
+    if x[1] > ts then
+      k, r = fill(k, r, x[1] - ts, b.unit, b.per, b.cap - total)
+      ts = x[1]
+    end
+    total = total - x[2]
+  end
+  b.k, b.r = fill(k, r, now - ts, b.unit, b.per, b.cap - total)
+  if #gone > 0 then
+    b.dirty = true
+    redis.call('HDEL', b.hk, unpack(gone))
+  end
+  b.total, b.maxd = total, maxd
+  B[i] = b
 end
 
 -- A claim whose reply the holder never got, and that ran: what it granted
--- is in the holder's entry, not in the holder's hands. Hand it over.
--- A refund gives it back with the rest.
+-- is in the holder's entries (one per limit, written together), not in the
+-- holder's hands. Hand it over; a refund gives it back with the rest.
 local recovered = 0
-if orphan > 0 and holder ~= '' and mine and mine[2] >= orphan then
-  recovered = math.min(mine[4], mine[1])
-  if held < 0 then
+if orphan > 0 and holder ~= '' then
+  recovered = -1
+  for i = 1, n do
+    local m = B[i].mine
+    if not m or m[2] < orphan then
+      recovered = 0
+      break
+    end
     -- A refund covers the claims numbered up to its own: a later claim's
     -- entry, and what it handed out, is the later claim's.
-    if mine[2] > gen then recovered = 0 end
+    if held < 0 and m[2] > gen then
+      recovered = 0
+      break
+    end
+    local x = math.min(m[4], m[1])
+    if recovered < 0 or x < recovered then recovered = x end
+  end
+  if held < 0 then
     refund, recovered = refund + recovered, 0
   else
     held = held + recovered
@@ -125,55 +159,66 @@ if orphan > 0 and holder ~= '' and mine and mine[2] >= orphan then
   end
 end
 
--- The holder's report: a refund ends its entry (unless a later claim wrote
--- it); a claim lowers it to what the holder says it still holds.
-local keep = 0 -- what holder's entry holds before this call's grant
-if mine then keep = mine[1] end
-if refund > 0 then
-  if mine and mine[2] <= gen then
-    total, keep, mine = total - keep, 0, nil
-    redis.call('HDEL', KEYS[2], holder)
+-- The holder's report, in every ledger: a refund ends its entry (unless a
+-- later claim wrote it); a claim lowers it to what the holder says it
+-- still holds.
+local grant = want
+for i = 1, n do
+  local b = B[i]
+  b.keep = 0 -- what holder's entry holds before this call's grant
+  if b.mine then b.keep = b.mine[1] end
+  if refund > 0 then
+    if b.mine and b.mine[2] <= gen then
+      b.total, b.keep, b.mine = b.total - b.keep, 0, false
+      redis.call('HDEL', b.hk, holder)
+    end
+    if b.k + refund >= b.cap - b.total then
+      b.k, b.r = math.max(b.cap - b.total, 0), 0
+    else
+      b.k = b.k + refund
+    end
+    b.dirty = true
+  elseif b.mine and held >= 0 and held < b.keep then
+    b.total, b.keep = b.total - b.keep + held, held
   end
-  if k + refund >= cap - total then
-    k, r = math.max(cap - total, 0), 0
-  else
-    k = k + refund
-  end
-  dirty = true
-elseif mine and held >= 0 and held < keep then
-  total, keep = total - keep + held, held
+  if b.k < grant then grant = b.k end
 end
 
-local grant = want
-if k < grant then grant = k end
 local allowed = 1
 if grant < min then grant, allowed = 0, 0 end
-k = k - grant
-if holder ~= '' and held >= 0 and (grant > 0 or mine) then
-  if grant > 0 then
-    local d = now + hold
-    if d > maxd then maxd = d end
-    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:%d', keep + grant, gen, d, grant + recovered))
-  elseif keep > 0 then
-    redis.call('HSET', KEYS[2], holder, string.format('%d:%d:%d:%d', keep, gen, mine[3], recovered))
-  else
-    redis.call('HDEL', KEYS[2], holder)
+local reply = {allowed, grant + recovered}
+for i = 1, n do
+  local b = B[i]
+  b.k = b.k - grant
+  if holder ~= '' and held >= 0 and (grant > 0 or b.mine) then
+    if grant > 0 then
+      local d = b.now + hold
+      if d > b.maxd then b.maxd = d end
+      redis.call('HSET', b.hk, holder, string.format('%d:%d:%d:%d', b.keep + grant, gen, d, grant + recovered))
+    elseif b.keep > 0 then
+      redis.call('HSET', b.hk, holder, string.format('%d:%d:%d:%d', b.keep, gen, b.mine[3], recovered))
+    else
+      redis.call('HDEL', b.hk, holder)
+    end
+    b.total = b.total + grant
+    b.dirty = true
   end
-  total = total + grant
-  dirty = true
-end
-if grant > 0 then dirty = true end
+  if grant > 0 then b.dirty = true end
 
-local lag = now - clock
-local reset = lag + wait_us(k, r, cap, unit, per)
-if dirty then
-  if total > 0 then expire_us(KEYS[2], maxd - clock) end
-  -- The level only rises until a grant rewrites the state: full by the
-  -- last deadline plus reset, when the absent key means a full bucket.
-  local life = reset
-  if total > 0 then life = maxd - now + reset end
-  bucket_put(KEYS[1], k, r, now, cap, life, lim)
+  local lag = b.now - clock
+  local reset = lag + wait_us(b.k, b.r, b.cap, b.unit, b.per)
+  if b.dirty then
+    if b.total > 0 then expire_us(b.hk, b.maxd - clock) end
+    -- The level only rises until a grant rewrites the state: full by the
+    -- last deadline plus reset, when the absent key means a full bucket.
+    local life = reset
+    if b.total > 0 then life = b.maxd - b.now + reset end
+    bucket_put(b.bk, b.k, b.r, b.now, b.cap, life, b.lim)
+  end
+  local retry = 0
+  if allowed == 0 then retry = lag + wait_us(b.k, b.r, min, b.unit, b.per) end
+  reply[#reply + 1] = b.k
+  reply[#reply + 1] = retry
+  reply[#reply + 1] = reset
 end
-local retry = 0
-if allowed == 0 then retry = lag + wait_us(k, r, min, unit, per) end
-return {allowed, grant + recovered, k, retry, reset}
+return reply

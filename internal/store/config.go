@@ -34,8 +34,9 @@ type Config struct {
 	// Hold, if not zero, gives a TokenBucket a ledger of the tokens leased
 	// to holders (Claim.Holder), kept Hold after a holder's last grant:
 	// the bucket refills only up to its capacity minus what they hold, so
-	// holders spending leased tokens admit what one bucket would. Between
-	// 1 ms and two hours; one limit only. Claims and refunds under a
+	// holders spending leased tokens admit what one bucket would. With
+	// Extra, every limit's bucket keeps its ledger, and a grant is
+	// recorded in each. Between 1 ms and two hours. Claims and refunds under a
 	// Claim.Limit or Refund.Limit other than the default are supported:
 	// a bucket written under another limit is refilled under it (to its
 	// capacity less what the ledger holds) and keeps its tokens, capped at
@@ -71,8 +72,8 @@ func (c Config) check(alg *Algorithm) error {
 		if err := checkHold(c.Hold); err != nil {
 			return err
 		}
-		if alg != TokenBucket || len(c.Extra) > 0 {
-			return fmt.Errorf("%w: a lease ledger is for a token bucket of one limit", tierlimit.ErrInvalidOption)
+		if alg != TokenBucket {
+			return fmt.Errorf("%w: a lease ledger is for a token bucket", tierlimit.ErrInvalidOption)
 		}
 	}
 	return nil

@@ -140,9 +140,15 @@ func (l *Limiter) claimArgs(c Claim, p *plan) []any {
 }
 
 // ledgerArgs returns the ARGV of ledger.lua for claim c's Min, Want and
-// Refund under p (one limit), by holder.
+// Refund under p, by holder: p's first limit's spec in ARGV[5], the
+// others' after the orphan.
 func (l *Limiter) ledgerArgs(c Claim, p *plan, gen, held int64, holder string) []any {
-	return []any{l.now(), c.Min, c.Want, c.Refund, p.specs[0], l.hold, gen, held, holder, c.Orphan}
+	args := make([]any, 0, 9+len(p.specs))
+	args = append(args, l.now(), c.Min, c.Want, c.Refund, p.specs[0], l.hold, gen, held, holder, c.Orphan)
+	for _, spec := range p.specs[1:] {
+		args = append(args, spec)
+	}
+	return args
 }
 
 // Refund gives N unspent tokens back to Key.

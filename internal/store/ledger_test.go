@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
@@ -112,10 +114,22 @@ func TestLeaseLedgerOrphanRedis(t *testing.T) {
 // testLeaseLedgerOrphan: a claim whose reply the holder never got (it ran,
 // or it did not) is named as the Orphan of the holder's next claim, which
 // then hands over what the orphan granted, once, and takes nothing twice.
+// With an extra limit that does not bind, every step is the same: the
+// orphan's grant is recorded in both ledgers and handed over once.
 func testLeaseLedgerOrphan(t *testing.T, b backend) {
+	for _, extra := range [][]tierlimit.Limit{nil, {tierlimit.PerHour(1000)}} {
+		t.Run(fmt.Sprintf("%d limits", 1+len(extra)), func(t *testing.T) {
+			playOrphans(t, b, extra)
+		})
+	}
+}
+
+func playOrphans(t *testing.T, b backend, extra []tierlimit.Limit) {
 	ctx := context.Background()
 	cfg := b.cfg
 	cfg.Hold = time.Hour
+	cfg.Extra = extra
+	cfg.Prefix = fmt.Sprintf("orphans%d:", len(extra))
 	tb, err := New(b.rdb, TokenBucket, tierlimit.PerHour(100), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +243,6 @@ func TestLeaseLedgerInput(t *testing.T) {
 		{Hold: -time.Second},
 		{Hold: time.Microsecond},
 		{Hold: 3 * time.Hour},
-		{Hold: time.Second, Extra: []tierlimit.Limit{tierlimit.PerMinute(100)}},
 	} {
 		if _, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), cfg); !errors.Is(err, tierlimit.ErrInvalidOption) {
 			t.Errorf("New(TokenBucket, %+v) = %v, want ErrInvalidOption", cfg, err)
@@ -263,11 +276,24 @@ func FuzzLedger(f *testing.F) {
 		if len(ops) > 300 {
 			ops = ops[:300]
 		}
+		// One limit, and two: a grant is recorded in both ledgers, and
+		// each limit's bound holds.
+		for _, extra := range [][]tierlimit.Limit{nil, {tierlimit.PerMinute(240).WithBurst(15)}} {
+			playLedger(t, m, rdb, ops, extra)
+		}
+	})
+}
+
+// playLedger plays FuzzLedger's ops on a bucket of PerSecond(10) with a
+// burst of 20 and the extra limits.
+func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []byte, extra []tierlimit.Limit) {
+	{
 		m.FlushAll()
 		ctx := context.Background()
 		const ttl = time.Second // a holder spends its tokens for one TTL after its last grant
 		limit := tierlimit.PerSecond(10).WithBurst(20)
-		tb, err := New(rdb, TokenBucket, limit, Config{Hold: ttl + ttl/2})
+		limits := append([]tierlimit.Limit{limit}, extra...)
+		tb, err := New(rdb, TokenBucket, limit, Config{Hold: ttl + ttl/2, Extra: extra})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,42 +353,46 @@ func FuzzLedger(f *testing.F) {
 			}
 			points = append(points, point{now, spent})
 
-			// The stored level and the records stay within capacity, and
-			// each holder holds at most its record.
-			records := rdb.HGetAll(ctx, keys[1]).Val()
-			var sum int64
-			for _, h := range hs {
-				var rec, gen, deadline, grant int64
-				if v, ok := records[h.name]; ok {
-					if _, err := fmt.Sscanf(v, "%d:%d:%d:%d", &rec, &gen, &deadline, &grant); err != nil {
-						t.Fatalf("record %q: %v", v, err)
+			// Every limit's stored level and records stay within its
+			// capacity, and each holder holds at most its record.
+			for i, lim := range limits {
+				records := rdb.HGetAll(ctx, keys[2*i+1]).Val()
+				var sum int64
+				for _, h := range hs {
+					var rec, gen, deadline, grant int64
+					if v, ok := records[h.name]; ok {
+						if _, err := fmt.Sscanf(v, "%d:%d:%d:%d", &rec, &gen, &deadline, &grant); err != nil {
+							t.Fatalf("record %q: %v", v, err)
+						}
+					}
+					sum += rec
+					if h.held > rec {
+						t.Fatalf("limit %v: holder %s holds %d, its record %d", lim, h.name, h.held, rec)
 					}
 				}
-				sum += rec
-				if h.held > rec {
-					t.Fatalf("holder %s holds %d, its record %d", h.name, h.held, rec)
+				if v, err := rdb.Get(ctx, keys[2*i]).Result(); err == nil {
+					var k, r, ts int64
+					if _, err := fmt.Sscanf(v, "%d:%d:%d", &k, &r, &ts); err != nil {
+						t.Fatalf("state %q: %v", v, err)
+					}
+					if k+sum > lim.Capacity() || k+sum == lim.Capacity() && r > 0 {
+						t.Fatalf("limit %v: level %d tokens + %d/unit + records %d tokens > capacity %d", lim, k, r, sum, lim.Capacity())
+					}
+				} else if sum > lim.Capacity() {
+					t.Fatalf("limit %v: records %d > capacity %d", lim, sum, lim.Capacity())
 				}
-			}
-			if v, err := rdb.Get(ctx, keys[0]).Result(); err == nil {
-				var k, r, ts int64
-				if _, err := fmt.Sscanf(v, "%d:%d:%d", &k, &r, &ts); err != nil {
-					t.Fatalf("state %q: %v", v, err)
-				}
-				if k+sum > limit.Capacity() || k+sum == limit.Capacity() && r > 0 {
-					t.Fatalf("level %d tokens + %d/unit + records %d tokens > capacity %d", k, r, sum, limit.Capacity())
-				}
-			} else if sum > limit.Capacity() {
-				t.Fatalf("records %d > capacity %d", sum, limit.Capacity())
 			}
 		}
-		// G1 over every interval between two steps.
+		// G1 over every interval between two steps, for every limit.
 		for i, p := range points {
 			for _, q := range points[i+1:] {
-				bound := limit.Capacity() + int64(q.at.Sub(p.at)/limit.Every())
-				if got := q.spent - p.spent; got > bound {
-					t.Fatalf("spent %d over %v, bound %d", got, q.at.Sub(p.at), bound)
+				for _, lim := range limits {
+					bound := lim.Capacity() + int64(q.at.Sub(p.at)/lim.Every())
+					if got := q.spent - p.spent; got > bound {
+						t.Fatalf("limit %v: spent %d over %v, bound %d", lim, got, q.at.Sub(p.at), bound)
+					}
 				}
 			}
 		}
-	})
+	}
 }
