@@ -679,13 +679,16 @@ func TestFallbackStartsFromTheKeysState(t *testing.T) {
 // is forgiven if the bucket was full (it dropped refill at its cap, or lost
 // its state: one bucket would have given it), and then marked so that the
 // other instances' charges forgive theirs too; otherwise it stays owed for
-// one lease TTL from the first charge (other instances leased it while this
-// one fell back), then is forgiven.
+// one lease TTL, at most a second, from the first charge (other instances
+// leased it while this one fell back), then is forgiven.
 func TestChargeBackCarriesDebt(t *testing.T) {
 	e := newEnv(t)
 	limit := tierlimit.PerHour(100)
 	l := e.limiter(t, limit)
-	ttl := DefaultLeaseTTL
+	ttl := l.debtWindow()
+	if ttl != time.Second {
+		t.Fatalf("debtWindow() = %v at the default lease TTL, want 1s", ttl)
+	}
 	type charge struct {
 		after              time.Duration // since the previous charge
 		granted, remaining int64
