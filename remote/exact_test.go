@@ -83,11 +83,20 @@ func TestConcurrencyExact(t *testing.T) {
 				}
 			}
 			warm.Wait()
-			start := alignToServerSecond(t, rdbs[0])
+			start, boundary := alignToServerSecond(t, rdbs[0])
 			deadline = start.Add(2*time.Second - 100*time.Millisecond)
 			close(begin)
 			wg.Wait()
-			elapsed := time.Since(start)
+			// The run's length by the server's clock, which decided: read
+			// after the last call returned, it is never short of the time
+			// the calls were decided over (the local start is the
+			// boundary's estimate, off by up to a round trip, which under
+			// -race made the bound a token short).
+			end, err := rdbs[0].Time(context.Background()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			elapsed := end.Sub(boundary)
 			bound := exactBound(alg.name, limit, elapsed)
 			got := admitted.Load()
 			t.Logf("%s: %d admitted of %d calls in %v; bound %d (%.1f%%)",
@@ -122,14 +131,15 @@ func exactBound(alg string, l tierlimit.Limit, elapsed time.Duration) int64 {
 }
 
 // alignToServerSecond waits until just after the Redis server's clock
-// crosses a whole second and returns the local time of that crossing.
-func alignToServerSecond(t *testing.T, rdb *redis.Client) time.Time {
+// crosses a whole second and returns the local time of that crossing and
+// the crossing by the server's clock.
+func alignToServerSecond(t *testing.T, rdb *redis.Client) (local, server time.Time) {
 	t.Helper()
 	now, err := rdb.Time(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := now.Truncate(time.Second).Add(time.Second).Sub(now)
-	time.Sleep(wait + 2*time.Millisecond)
-	return time.Now().Add(-2 * time.Millisecond)
+	boundary := now.Truncate(time.Second).Add(time.Second)
+	time.Sleep(boundary.Sub(now) + 2*time.Millisecond)
+	return time.Now().Add(-2 * time.Millisecond), boundary
 }
