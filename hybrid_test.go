@@ -466,14 +466,18 @@ func busyLoop(busy bool) (stop func()) {
 func TestRefillWhileHeld(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		opts  []hybrid.Option
-		exact bool // no slack for the tokens held
+		extra []tierlimit.Limit // WithLimits
+		exact bool              // no slack for the tokens held
 	}{
 		{"default", nil, true},
-		{"WithLimits", []hybrid.Option{hybrid.WithLimits(tierlimit.PerHour(1_000_000))}, true},
+		{"WithLimits", []tierlimit.Limit{tierlimit.PerHour(1_000_000)}, true},
+		// The extra binds: the same rate with a burst of 60. Without its
+		// own ledger its bucket would refill to 60 under the tokens held,
+		// and the surge admit them on top of its bound.
+		{"WithLimits binding", []tierlimit.Limit{tierlimit.PerSecond(100).WithBurst(60)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, bound, held := surgeAfterPause(t, tc.opts...)
+			got, bound, held := surgeAfterPause(t, tc.extra...)
 			if held == 0 {
 				t.Fatal("no lease held when the surge began: the test shows nothing")
 			}
@@ -499,12 +503,17 @@ func TestRefillWhileHeld(t *testing.T) {
 // leases grow past what they spend, then pause for half a lease TTL (the
 // bucket refills meanwhile, the leases are kept), then admit what they can
 // for 300 ms. It returns what they admitted in the surge, one bucket's
-// bound over it, and the tokens the instances held when it began.
-func surgeAfterPause(t *testing.T, opts ...hybrid.Option) (got, bound, held int64) {
+// bound over it (the tightest of the key's limits, with extra as
+// WithLimits), and the tokens the instances held when it began.
+func surgeAfterPause(t *testing.T, extra ...tierlimit.Limit) (got, bound, held int64) {
 	addr := redistest.Start(t).Addr
 	ctx := context.Background()
 	limit := tierlimit.PerSecond(100)
-	ls := newInstances(t, addr, 3, limit, append([]hybrid.Option{hybrid.WithPrefix("held:")}, opts...)...)
+	opts := []hybrid.Option{hybrid.WithPrefix("held:")}
+	if len(extra) > 0 {
+		opts = append(opts, hybrid.WithLimits(extra...))
+	}
+	ls := newInstances(t, addr, 3, limit, opts...)
 	for _, l := range ls {
 		defer l.Close()
 	}
@@ -553,6 +562,9 @@ func surgeAfterPause(t *testing.T, opts ...hybrid.Option) (got, bound, held int6
 	wg.Wait()
 	end := time.Now()
 	got, bound = admitted.Load(), bucketBound(limit, start, end)
+	for _, l := range extra {
+		bound = min(bound, bucketBound(l, start, end))
+	}
 	t.Logf("surge of %v: %d admitted, bound %d, %d held at its start", end.Sub(start), got, bound, held)
 	return got, bound, held
 }
