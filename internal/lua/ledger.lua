@@ -30,7 +30,9 @@
 --          refilled per µs), cap (capacity in tokens)
 -- ARGV[6]  hold: µs from a grant to the holder's deadline
 -- ARGV[7]  gen: the claim's number (claims of a holder are numbered in
---          order), or for a refund the number of the last claim before it
+--          order; a claim with its holder's entry's number is the same
+--          claim sent again, and is handed what it handed out then), or
+--          for a refund the number of the last claim before it
 -- ARGV[8]  held: for a claim, the tokens the holder still holds as it sends
 --          it (an upper bound); -1 for a call that is not a holder's claim
 -- ARGV[9]  holder, or '' for a call that holds nothing (AllowN)
@@ -130,6 +132,23 @@ for i = 1, n do
   B[i] = b
 end
 
+-- A claim numbered as the holder's entries are is that claim sent again
+-- (go-redis resends a command whose connection broke): it ran, and its
+-- reply was lost. It hands over again what it handed out then, and takes,
+-- records and recovers nothing.
+local asked = min
+local again = holder ~= '' and held >= 0 and refund == 0
+if again then
+  for i = 1, n do
+    local m = B[i].mine
+    if not m or m[2] ~= gen then
+      again = false
+      break
+    end
+  end
+end
+if again then orphan, want, min, held = 0, 0, 0, -1 end
+
 -- A claim whose reply the holder never got, and that ran: what it granted
 -- is in the holder's entries (one per limit, written together), not in the
 -- holder's hands. Hand it over; a refund gives it back with the rest.
@@ -186,6 +205,11 @@ end
 
 local allowed = 1
 if grant < min then grant, allowed = 0, 0 end
+if again then
+  recovered, min = B[1].mine[4], asked
+  for i = 2, n do recovered = math.min(recovered, B[i].mine[4]) end
+  if recovered < min then allowed = 0 end
+end
 local reply = {allowed, grant + recovered}
 for i = 1, n do
   local b = B[i]

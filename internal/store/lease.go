@@ -36,7 +36,10 @@ type Claim struct {
 	// (an instance and its lease, say), at most 64 bytes.
 	Holder string
 	// Gen numbers the holder's claims, increasing (from 1): a Refund names
-	// the last one before it.
+	// the last one before it. A claim with the Gen of the holder's live
+	// record is taken for that claim sent again (go-redis resends a
+	// command whose connection broke): it is granted what the claim handed
+	// out, and nothing is taken twice.
 	Gen int64
 	// Held is what the holder still holds of its earlier grants as it
 	// claims (at least; >= 0): the ledger lowers its entry to it.

@@ -147,6 +147,9 @@ func playOrphans(t *testing.T, b backend, extra []tierlimit.Limit) {
 		{"a's claim 2 (its reply lost)", Claim{Min: 1, Want: 20, Holder: "a", Gen: 2, Held: 6}, 20, 70},
 		// Claim 3 names claim 2: its 20 come back, with 5 new ones.
 		{"a's claim 3 names the orphan", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2}, 25, 65},
+		// go-redis sends claim 3 again (its connection broke after the
+		// write): it is handed the same 25, and nothing is taken again.
+		{"a's claim 3 sent again", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2}, 25, 65},
 		// An orphan that never ran (the entry is at claim 1): nothing.
 		{"b's first claim", Claim{Min: 1, Want: 10, Holder: "b", Gen: 1}, 10, 55},
 		{"b names a claim that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Orphan: 2}, 10, 45},
@@ -163,6 +166,7 @@ func playOrphans(t *testing.T, b backend, extra []tierlimit.Limit) {
 		{"f's claim 2 (reply lost)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 2, Held: 10}, 5, 10},
 		{"f's claim 3 names it (reply lost too)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 3, Held: 10, Orphan: 2}, 10, 5},
 		{"f's claim 4 names claim 2", Claim{Min: 1, Want: 1, Holder: "f", Gen: 4, Held: 10, Orphan: 2}, 11, 4},
+		{"f's claim 4 sent again", Claim{Min: 1, Want: 1, Holder: "f", Gen: 4, Held: 10, Orphan: 2}, 11, 4},
 		// The orphan covers min: a claim of at least 3 with 4 recovered is
 		// granted with nothing left to take.
 		{"c drains the bucket, reply lost", Claim{Min: 1, Want: 4, Holder: "c", Gen: 1}, 4, 0},

@@ -26,10 +26,12 @@ func TestLeasePerKeyLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var gen int64
 			claim := func(c Claim) (int64, tierlimit.Result) {
 				t.Helper()
 				if hold != 0 {
-					c.Holder, c.Gen = "a", 1
+					gen++ // a claim numbered as the last is that claim sent again
+					c.Holder, c.Gen = "a", gen
 				}
 				n, res, err := tb.Lease(ctx, "k", c)
 				if err != nil {
