@@ -330,9 +330,15 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 		for _, op := range ops {
 			h, arg := hs[int(op&3)%3], int64(op>>4)
 			switch op >> 2 & 3 {
-			case 0: // claim
+			case 0: // claim; with arg's bit 3, its reply is lost and go-redis sends it again
 				h.gen++
-				n, _, err := tb.Lease(ctx, "k", Claim{Min: 1, Want: arg%8 + 1, Holder: h.name, Gen: h.gen, Held: h.held})
+				c := Claim{Min: 1, Want: arg%8 + 1, Holder: h.name, Gen: h.gen, Held: h.held}
+				if arg&8 != 0 {
+					if _, _, err := tb.Lease(ctx, "k", c); err != nil {
+						t.Fatal(err)
+					}
+				}
+				n, _, err := tb.Lease(ctx, "k", c)
 				if err != nil {
 					t.Fatal(err)
 				}
