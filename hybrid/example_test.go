@@ -62,6 +62,30 @@ func ExampleWithLimitFunc() {
 	// pro:2: 100 admitted at once, limit 100/1h0m0s
 }
 
+// Every key gets 100 an hour, and no more than 5 in any minute: both
+// limits' buckets lease together, and each keeps its lease ledger.
+func ExampleWithLimits() {
+	rdb, done := exampleRedis()
+	defer done()
+	lim, err := hybrid.New(rdb, tierlimit.PerHour(100), hybrid.WithLimits(tierlimit.PerMinute(5)), exampleBudget)
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	admitted := 0
+	for range 50 {
+		if res, _ := lim.Allow(ctx, "user:1"); res.Allowed {
+			admitted++
+		}
+	}
+	res, _ := lim.Allow(ctx, "user:1")
+	fmt.Printf("%d admitted at once; the next is denied: %v, retry within a minute: %v\n",
+		admitted, !res.Allowed, res.RetryAfter > 0 && res.RetryAfter <= time.Minute)
+	// Output:
+	// 5 admitted at once; the next is denied: true, retry within a minute: true
+}
+
 // A request takes from its user's key and its org's, or from neither.
 func ExampleLimiter_AllowAll() {
 	rdb, done := exampleRedis()
