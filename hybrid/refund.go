@@ -170,9 +170,8 @@ func (l *Limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcom
 // debtWindow is how long a debt the bucket could not pay at once stays
 // owed: one lease TTL, at most a second. A pause (CLIENT PAUSE, SIGSTOP)
 // leaves debts that one bucket would not charge (see docs/design.md, G4),
-// and carrying them costs the key their window's refill:
-// TestOutageKeepingState's pause admitted 0.78–0.84× one bucket over its
-// run with a 2 s window, 0.86× with 1 s.
+// and carrying them costs the key their window's refill
+// (TestOutageKeepingState).
 func (l *Limiter) debtWindow() time.Duration { return min(l.cfg.leaseTTL, time.Second) }
 
 // forgive drops what e owes. The caller holds e's key lock.
