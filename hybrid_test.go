@@ -460,8 +460,8 @@ func busyLoop(busy bool) (stop func()) {
 // capacity, so that is at most one bucket's capacity + rate·T, with
 // WithLimits too (every limit's bucket keeps its ledger). Without the
 // ledger the bucket would refill to full under the held tokens, and the
-// fleet admit up to the tokens held at the surge's start more (156–158 for
-// a bound of 130 in session 12, with WithLimits before it kept a ledger).
+// fleet admit up to the tokens held at the surge's start more
+// (docs/design.md, G1).
 // Default options and go-redis's default client.
 func TestRefillWhileHeld(t *testing.T) {
 	for _, tc := range []struct {
@@ -686,7 +686,7 @@ func TestMemoryBounded(t *testing.T) {
 // processor serves once in 61 turns of 10 ms), so that answers take
 // seconds to be read and the instances' breakers open on what looks like
 // silence. That case, "spinning", is opt-in (TIERLIMIT_FLEET_SIM=1): it
-// fails both ways (0.7–1.4× one bucket; docs/design.md, G1).
+// fails both ways (docs/design.md, G1).
 func TestSimulatedFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 4 s of load three times")
