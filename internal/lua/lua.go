@@ -33,8 +33,8 @@ var (
 	AnchoredWindow = load("anchoredwindow.lua")
 	SlidingLog     = load("slidinglog.lua")
 	SlidingWindow  = load("slidingwindow.lua")
-	// Ledger is the token bucket with a ledger of leases held: the hybrid
-	// tier's store, unless hybrid.WithLimits.
+	// Ledger is the token buckets of a key's limits, each with a ledger of
+	// the leases held: the hybrid tier's store.
 	Ledger = load("ledger.lua")
 	// Heartbeat keeps the set of a hybrid fleet's live instances.
 	Heartbeat = load("heartbeat.lua")
