@@ -66,7 +66,7 @@
 local clock = now_us()
 local min, want, refund = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local hold, gen, held, holder = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
-local orphan = tonumber(ARGV[10] or 0)
+local orphan = tonumber(ARGV[10])
 local n = 1
 if #ARGV > 10 then n = #ARGV - 9 end
 if refund > 0 and not once(KEYS[2 * n + 1]) then
