@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"math/big"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/evict"
+	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/xrate"
 	"github.com/tierlimit/tierlimit/remote"
 )
@@ -164,11 +164,13 @@ func findKeys(ctx context.Context, rdb *redis.Client, prefix, key string) ([]key
 type keyState struct {
 	name    keyName
 	typ     string
-	ttl     time.Duration     // -1: no TTL (never written so by this library); -2: gone
-	value   string            // strings
-	entries []redis.Z         // sorted sets, oldest first
-	holders map[string]string // the lease ledger (a hash)
-	now     int64             // server clock, µs
+	ttl     time.Duration  // -1: no TTL (never written so by this library); -2: gone
+	raw     string         // strings
+	value   string         // raw, a token bucket's without its ledger
+	ledger  []store.Record // a token bucket's lease ledger, from its string
+	bad     error          // a ledger that is not in its format
+	entries []redis.Z      // sorted sets, oldest first
+	now     int64          // server clock, µs
 }
 
 func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyState, error) {
@@ -177,13 +179,11 @@ func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyS
 	var ttl *redis.DurationCmd
 	var val *redis.StringCmd
 	var zs *redis.ZSliceCmd
-	var hs *redis.MapStringStringCmd
 	// GET fails on a sorted set and ZRANGE on a string: the error that
 	// counts is the one of the command that fits the type.
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ, ttl = p.Type(ctx, k.full), p.PTTL(ctx, k.full)
 		val, zs = p.Get(ctx, k.full), p.ZRangeWithScores(ctx, k.full, 0, -1)
-		hs = p.HGetAll(ctx, k.full)
 		return nil
 	})
 	var err error
@@ -194,11 +194,13 @@ func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyS
 	case ttl.Err() != nil:
 		err = ttl.Err()
 	case st.typ == "string":
-		st.value, err = val.Result()
+		st.raw, err = val.Result()
+		st.value = st.raw
+		if k.alg == "tb" && err == nil {
+			st.value, st.ledger, st.bad = store.SplitLedger(st.raw)
+		}
 	case st.typ == "zset":
 		st.entries, err = zs.Result()
-	case st.typ == "hash":
-		st.holders, err = hs.Result()
 	}
 	if err != nil {
 		return st, fmt.Errorf("redis: read %q: %w", k.full, err)
@@ -285,12 +287,12 @@ func (st keyState) print(w io.Writer, c inspectConfig) {
 	case "zset":
 		st.printLog(line, limit)
 		return
-	case "hash":
-		st.printLedger(line)
-		return
 	}
-	line("value", "%q", st.value)
+	line("value", "%q", st.raw)
 	st.decode(line, limit)
+	if st.ledger != nil || st.bad != nil {
+		st.printLedger(line)
+	}
 }
 
 // matching returns the -rate limit when it is the one st was written under.
@@ -304,7 +306,7 @@ func (st keyState) matching(c inspectConfig) *tierlimit.Limit {
 	}
 	n, ok := stateFields[st.name.alg]
 	if !ok || st.typ != "string" || st.name.suffix != "" {
-		return c.limit // the sliding log and the lease ledger record no limit
+		return c.limit // the sliding log records no limit
 	}
 	if _, spec, ok := lead(st.value, n); ok && spec == alg.alg.Spec(*c.limit) {
 		return c.limit
@@ -316,18 +318,15 @@ func (st keyState) matching(c inspectConfig) *tierlimit.Limit {
 // (a hybrid instance's entry for the key) may still spend, and until when.
 func (st keyState) printLedger(line func(string, string, ...any)) {
 	line("ledger", "tokens leased that holders may still spend: the bucket refills up to capacity minus their sum")
-	holders := slices.Sorted(maps.Keys(st.holders))
 	var sum int64
-	for _, h := range holders {
-		f, ok := fields(st.holders[h], 4)
-		if !ok {
-			line("holder", "%s: %q, not in the format held:gen:deadline:grant (docs/operations.md)", h, st.holders[h])
-			continue
-		}
-		sum += f[0]
-		line("holder", "%s: %d tokens at most, after claim #%d, which handed out %d; spends none after %s", h, f[0], f[1], f[3], st.ago(f[2]))
+	for _, r := range st.ledger {
+		sum += r.Held
+		line("holder", "%s: %d tokens at most, after claim #%d, which handed out %d; spends none after %s", r.Holder, r.Held, r.Gen, r.Grant, st.ago(r.Deadline))
 	}
-	line("held", "%d tokens by %d holder(s)", sum, len(holders))
+	if st.bad != nil {
+		line("holder", "%v (docs/operations.md)", st.bad)
+	}
+	line("held", "%d tokens by %d holder(s)", sum, len(st.ledger))
 }
 
 // gcraLeft returns the tokens a GCRA key of limit holds at now when its
@@ -372,7 +371,7 @@ func (st keyState) decode(line func(string, string, ...any), limit *tierlimit.Li
 			// The level refilled since, as the script's arithmetic has it.
 			unit, _ := limit.Scale()
 			k, r := xrate.NewState(*limit, f[0], f[1], time.UnixMicro(f[2])).Level(time.UnixMicro(st.now))
-			line("now", "%.2f of %d tokens, refilled since (up to capacity minus what a lease ledger, :held, holds)",
+			line("now", "%.2f of %d tokens, refilled since (up to capacity minus what its lease ledger holds)",
 				float64(k)+float64(r)/float64(unit), limit.Capacity())
 		}
 	case "gcra":

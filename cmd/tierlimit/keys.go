@@ -58,7 +58,7 @@ type keyName struct {
 	alg    string
 	config string // the limit's position: 0 the key's own, 1… the extras
 	tag    string
-	suffix string // after the user key: "", for the sliding log ":z" or ":h", for the token bucket's lease ledger ":held"
+	suffix string // after the user key: "", or for the sliding log ":z" or ":h"
 	refund string // the ID of a token bucket's refund marker, which names no user key
 }
 
@@ -80,8 +80,7 @@ func parseKeyName(full, prefix, key string) (keyName, bool) {
 	switch {
 	case rest == ":"+key:
 		return k, true
-	case alg == "sl" && (rest == ":"+key+":z" || rest == ":"+key+":h"),
-		alg == "tb" && rest == ":"+key+":held":
+	case alg == "sl" && (rest == ":"+key+":z" || rest == ":"+key+":h"):
 		k.suffix = rest[len(key)+1:]
 		return k, true
 	case alg == "tb" && strings.HasPrefix(rest, "!"):

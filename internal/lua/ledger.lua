@@ -9,19 +9,20 @@
 -- limit). The buckets' state, refill and write are lib.lua's (bucket_get,
 -- fill, bucket_put).
 --
--- Limit i (1..n) has KEYS[2i-1] and KEYS[2i], as KEYS[1] and KEYS[2] below,
--- and its limit in ARGV[5] (i = 1) or ARGV[9+i] (i >= 2); the optional
--- refund marker is KEYS[2n+1].
+-- Limit i (1..n) has KEYS[i], as KEYS[1] below, and its limit in ARGV[5]
+-- (i = 1) or ARGV[9+i] (i >= 2); the optional refund marker is KEYS[n+1].
 --
--- KEYS[1]  string "k:r:ts:unit:per:cap", as tokenbucket.lua's: the level
---          is k tokens and r/unit of one more, ts = µs of the last write,
---          unit:per:cap the limit it was written under. An absent key is a
---          bucket full up to what the ledger leaves.
--- KEYS[2]  hash holder -> "held:gen:deadline:grant": tokens the holder may
---          still spend (an upper bound), the number of its last claim, the µs
---          after which it spends none of them (it promises to stop before),
---          and what its last claim handed out (granted and recovered).
--- KEYS[3]  optional: the marker of an idempotent refund (once in lib.lua).
+-- KEYS[1]  string "k:r:ts:unit:per:cap" then the ledger: the bucket as
+--          tokenbucket.lua's (the level is k tokens and r/unit of one
+--          more, ts = µs of the last write, unit:per:cap the limit it was
+--          written under), then a record ";holder:held:gen:deadline:grant"
+--          per holder: tokens the holder may still spend (an upper bound),
+--          the number of its last claim, the µs after which it spends none
+--          of them (it promises to stop before), and what its last claim
+--          handed out (granted and recovered). One key, read and written
+--          once: the ledger costs Redis no command of its own. An absent
+--          key is a full bucket with an empty ledger.
+-- KEYS[2]  optional: the marker of an idempotent refund (once in lib.lua).
 -- ARGV[1]  client clock in µs, or 0 for TIME
 -- ARGV[2]  min: tokens required; fewer available denies and grants nothing
 -- ARGV[3]  want: tokens to take at most (>= min)
@@ -30,12 +31,13 @@
 --          refilled per µs), cap (capacity in tokens)
 -- ARGV[6]  hold: µs from a grant to the holder's deadline
 -- ARGV[7]  gen: the claim's number (claims of a holder are numbered in
---          order; a claim with its holder's entry's number is the same
+--          order; a claim with its holder's record's number is the same
 --          claim sent again, and is handed what it handed out then), or
 --          for a refund the number of the last claim before it
 -- ARGV[8]  held: for a claim, the tokens the holder still holds as it sends
 --          it (an upper bound); -1 for a call that is not a holder's claim
--- ARGV[9]  holder, or '' for a call that holds nothing (AllowN)
+-- ARGV[9]  holder, or '' for a call that holds nothing (AllowN); never
+--          ':' or ';' (the store checks)
 -- ARGV[10] orphan, the number of the holder's first claim whose reply it
 --          never got, none of the later ones' either (0: none); Redis may
 --          have run them (a refund may give back nothing but an orphan's
@@ -45,9 +47,9 @@
 -- Reply: as tokenbucket.lua, {allowed, granted, then per limit: remaining,
 -- retry_us, reset_us}; remaining is the level, what a claim could take
 -- now. A claim
--- that names an orphan its entry shows was run (the entry's number is the
+-- that names an orphan its record shows was run (the record's number is the
 -- orphan's or later, in every limit's ledger) is granted again what the
--- entry's claim handed out (its grant and what it recovered in turn),
+-- record's claim handed out (its grant and what it recovered in turn),
 -- without taking it again: granted counts it, and min counts it first.
 --
 -- A state written under another limit is refilled under it up to now, to
@@ -69,40 +71,45 @@ local hold, gen, held, holder = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(A
 local orphan = tonumber(ARGV[10])
 local n = 1
 if #ARGV > 10 then n = #ARGV - 9 end
-if refund > 0 and not once(KEYS[2 * n + 1]) then
+if refund > 0 and not once(KEYS[n + 1]) then
   refund = 0 -- this refund ran already
 end
 
 -- Per limit i: B[i], its bucket refilled up to its clock and its ledger
--- read, entries past their deadline dropped (each table built whole: Lua
+-- read, records past their deadline dropped (each table built whole: Lua
 -- resizes a table that grows).
 local B = {}
 for i = 1, n do
   local lim = ARGV[5]
   if i > 1 then lim = ARGV[9 + i] end
   local unit, per, cap = tb_limit(lim)
-  local b = {bk = KEYS[2 * i - 1], hk = KEYS[2 * i], lim = lim, unit = unit, per = per, cap = cap,
-    k = 0, r = 0, now = 0, total = 0, maxd = 0, dirty = false, mine = false, keep = 0}
-  local k, r, ts, old = bucket_get(b.bk)
+  local b = {bk = KEYS[i], lim = lim, unit = unit, per = per, cap = cap,
+    k = 0, r = 0, now = 0, total = 0, maxd = 0, dirty = false, mine = false, rec = false, others = '', keep = 0}
+  local k, r, ts, old, rest = bucket_get(b.bk)
   local now = clock
   if ts and ts > now then now = ts end
-  b.now, b.dirty = now, false
+  b.now = now
 
-  -- The ledger: live entries, and those past their deadline in time order.
-  local total, maxd = 0, 0 -- tokens of every entry; latest live deadline
-  local gone, dead = {}, {}
-  local raw = redis.call('HGETALL', b.hk)
-  for j = 1, #raw, 2 do
-    local h, g, d, last = string.match(raw[j + 1], '^(%d+):(%d+):(%d+):(%d+)$')
-    h, g, d, last = tonumber(h), tonumber(g), tonumber(d), tonumber(last)
-    total = total + h
-    if d <= now then
-      gone[#gone + 1] = raw[j]
-      dead[#dead + 1] = {d, h}
-    else
-      if d > maxd then maxd = d end
-      if raw[j] == holder then b.mine = {h, g, d, last} end
+  -- The ledger: live records (the holder's apart, the others kept as
+  -- they are spelled), and those past their deadline in time order.
+  local total, maxd = 0, 0 -- tokens of every record; latest live deadline
+  local dead, live = {}, {}
+  if rest and rest ~= '' then
+    for rec, h, a, g, d, last in string.gmatch(rest, '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))') do
+      a, d = tonumber(a), tonumber(d)
+      total = total + a
+      if d <= now then
+        dead[#dead + 1] = {d, a}
+      else
+        if d > maxd then maxd = d end
+        if h == holder then
+          b.mine, b.rec = {a, tonumber(g), d, tonumber(last)}, rec
+        else
+          live[#live + 1] = rec
+        end
+      end
     end
+    b.others = table.concat(live)
   end
 
   -- Refill up to now, the ceiling rising at each deadline passed.
@@ -124,15 +131,12 @@ for i = 1, n do
     total = total - x[2]
   end
   b.k, b.r = fill(k, r, now - ts, b.unit, b.per, b.cap - total)
-  if #gone > 0 then
-    b.dirty = true
-    redis.call('HDEL', b.hk, unpack(gone))
-  end
+  if #dead > 0 then b.dirty = true end
   b.total, b.maxd = total, maxd
   B[i] = b
 end
 
--- A claim numbered as the holder's entries are is that claim sent again
+-- A claim numbered as the holder's records are is that claim sent again
 -- (go-redis resends a command whose connection broke): it ran, and its
 -- reply was lost. It hands over again what it handed out then, and takes,
 -- records and recovers nothing.
@@ -150,7 +154,7 @@ end
 if again then orphan, want, min, held = 0, 0, 0, -1 end
 
 -- A claim whose reply the holder never got, and that ran: what it granted
--- is in the holder's entries (one per limit, written together), not in the
+-- is in the holder's records (one per limit, written together), not in the
 -- holder's hands. Hand it over; a refund gives it back with the rest.
 local recovered = 0
 if orphan > 0 and holder ~= '' then
@@ -162,7 +166,7 @@ if orphan > 0 and holder ~= '' then
       break
     end
     -- A refund covers the claims numbered up to its own: a later claim's
-    -- entry, and what it handed out, is the later claim's.
+    -- record, and what it handed out, is the later claim's.
     if held < 0 and m[2] > gen then
       recovered = 0
       break
@@ -178,18 +182,17 @@ if orphan > 0 and holder ~= '' then
   end
 end
 
--- The holder's report, in every ledger: a refund ends its entry (unless a
--- later claim wrote it); a claim lowers it to what the holder says it
+-- The holder's report, in every ledger: a refund ends its record (unless
+-- a later claim wrote it); a claim lowers it to what the holder says it
 -- still holds.
 local grant = want
 for i = 1, n do
   local b = B[i]
-  b.keep = 0 -- what holder's entry holds before this call's grant
+  b.keep = 0 -- what holder's record holds before this call's grant
   if b.mine then b.keep = b.mine[1] end
   if refund > 0 then
     if b.mine and b.mine[2] <= gen then
-      b.total, b.keep, b.mine = b.total - b.keep, 0, false
-      redis.call('HDEL', b.hk, holder)
+      b.total, b.keep, b.mine, b.rec = b.total - b.keep, 0, false, false
     end
     if b.k + refund >= b.cap - b.total then
       b.k, b.r = math.max(b.cap - b.total, 0), 0
@@ -218,11 +221,11 @@ for i = 1, n do
     if grant > 0 then
       local d = b.now + hold
       if d > b.maxd then b.maxd = d end
-      redis.call('HSET', b.hk, holder, string.format('%d:%d:%d:%d', b.keep + grant, gen, d, grant + recovered))
+      b.rec = string.format(';%s:%d:%d:%d:%d', holder, b.keep + grant, gen, d, grant + recovered)
     elseif b.keep > 0 then
-      redis.call('HSET', b.hk, holder, string.format('%d:%d:%d:%d', b.keep, gen, b.mine[3], recovered))
+      b.rec = string.format(';%s:%d:%d:%d:%d', holder, b.keep, gen, b.mine[3], recovered)
     else
-      redis.call('HDEL', b.hk, holder)
+      b.rec = false
     end
     b.total = b.total + grant
     b.dirty = true
@@ -232,12 +235,12 @@ for i = 1, n do
   local lag = b.now - clock
   local reset = lag + wait_us(b.k, b.r, b.cap, b.unit, b.per)
   if b.dirty then
-    if b.total > 0 then expire_us(b.hk, b.maxd - clock) end
     -- The level only rises until a grant rewrites the state: full by the
-    -- last deadline plus reset, when the absent key means a full bucket.
+    -- last deadline plus reset, when the absent key means a full bucket
+    -- with an empty ledger.
     local life = reset
     if b.total > 0 then life = b.maxd - b.now + reset end
-    bucket_put(b.bk, b.k, b.r, b.now, b.cap, life, b.lim)
+    bucket_put(b.bk, b.k, b.r, b.now, b.cap, life, b.lim, b.others .. (b.rec or ''))
   end
   local retry = 0
   if allowed == 0 then retry = lag + wait_us(b.k, b.r, min, b.unit, b.per) end

@@ -120,15 +120,16 @@ local function tb_limit(s)
   return tonumber(u), tonumber(p), tonumber(c)
 end
 
--- bucket_get returns the level k, r, the time ts (µs of the last write) and
--- the limit lim ("unit:per:cap") of the token bucket at key, stored as
--- "k:r:ts:unit:per:cap", or nil when the key is absent (tokenbucket.lua and
--- ledger.lua say what that means).
+-- bucket_get returns the level k, r, the time ts (µs of the last write),
+-- the limit lim ("unit:per:cap") and the rest of the token bucket at key,
+-- stored as "k:r:ts:unit:per:cap" then rest: ledger.lua's records, each
+-- ";holder:held:gen:deadline:grant" ('' for none). It returns nil when the
+-- key is absent (tokenbucket.lua and ledger.lua say what that means).
 local function bucket_get(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local k, r, ts, lim = string.match(v, '^(%d+):(%d+):(%d+):(.+)$')
-  return tonumber(k), tonumber(r), tonumber(ts), lim
+  local k, r, ts, lim, rest = string.match(v, '^(%d+):(%d+):(%d+):([^;]+)(.*)$')
+  return tonumber(k), tonumber(r), tonumber(ts), lim, rest
 end
 
 -- wait_us returns the µs level k, r takes to reach m tokens at per units a
@@ -165,12 +166,13 @@ local function bucket_convert(k, r, ts, old, now, unit, cap, held)
 end
 
 -- bucket_put stores level k, r at time ts, written under the limit lim
--- ("unit:per:cap"), in the bucket at key with a TTL of at least us µs, or
--- deletes the key when k is cap: an absent key is full.
-local function bucket_put(key, k, r, ts, cap, us, lim)
-  if k >= cap then
+-- ("unit:per:cap"), then rest (as bucket_get's; nil for none), in the
+-- bucket at key with a TTL of at least us µs, or deletes the key when k is
+-- cap and rest is empty: an absent key is full.
+local function bucket_put(key, k, r, ts, cap, us, lim, rest)
+  if k >= cap and (not rest or rest == '') then
     redis.call('DEL', key)
   else
-    put(key, string.format('%d:%d:%d:', k, r, ts) .. lim, us)
+    put(key, string.format('%d:%d:%d:', k, r, ts) .. lim .. (rest or ''), us)
   end
 end

@@ -6,7 +6,8 @@
 -- KEYS[i]   entry i's string "k:r:ts:unit:per:cap" (bucket_get in lib.lua):
 --           the level is k tokens and r/unit of one more, ts = µs of the
 --           last write, and unit:per:cap the limit it was written under. An
---           absent key is a full bucket.
+--           absent key is a full bucket. The records of a lease ledger that
+--           may follow (ledger.lua) are kept as they are.
 -- KEYS[n+1] optional, n = the number of entries: the marker of an
 --           idempotent refund (once in lib.lua).
 -- ARGV[1]   client clock in µs, or 0 for TIME
@@ -51,13 +52,14 @@ end
 -- Per entry i: lk[i], lr[i] its level after refill and refund, lag[i] how
 -- far its decision's time is ahead of now, dirty[i] whether it must be
 -- written whatever the decision (a refund, a conversion).
-local lk, lr, lag, cost, lim, dirty = {}, {}, {}, {}, {}, {}
+local lk, lr, lag, cost, lim, dirty, rest = {}, {}, {}, {}, {}, {}, {}
 local grant = want
 local allowed = 1
 for i = 1, n do
   cost[i], lim[i] = tonumber(ARGV[3 + 2 * i]), ARGV[4 + 2 * i]
   local unit, per, cap = tb_limit(lim[i])
-  local k, r, ts, old = bucket_get(KEYS[i])
+  local k, r, ts, old
+  k, r, ts, old, rest[i] = bucket_get(KEYS[i])
   if not k then
     k, r, ts = cap, 0, now
   elseif old ~= lim[i] then
@@ -107,7 +109,7 @@ for i = 1, n do
   end
   local reset = lag[i] + wait_us(k, r, cap, unit, per)
   if take ~= 0 or dirty[i] then
-    bucket_put(KEYS[i], k, r, now + lag[i], cap, reset, lim[i])
+    bucket_put(KEYS[i], k, r, now + lag[i], cap, reset, lim[i], rest[i])
   end
   local retry = 0
   if allowed == 0 and k < cost[i] then

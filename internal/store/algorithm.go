@@ -65,10 +65,11 @@ var Algorithms = []*Algorithm{TokenBucket, GCRA, FixedWindow, AnchoredWindow, Sl
 
 // ledger is the token bucket with a ledger of held leases (Config.Hold),
 // whose holders promise to spend nothing hold after their last grant. Its
-// state key is the token bucket's: the ledger is a hash beside it.
+// key is the token bucket's: the ledger's records follow the bucket's state
+// in the same string (ledger.lua), which tokenbucket.lua keeps as it is.
 func ledger() *Algorithm {
 	return &Algorithm{
-		name: "tb", script: lua.Ledger, keys: []string{"", ":held"}, lease: true, holders: true,
+		name: "tb", script: lua.Ledger, keys: []string{""}, lease: true, holders: true,
 		spec: TokenBucket.spec, capacity: tierlimit.Limit.Capacity,
 	}
 }

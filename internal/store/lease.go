@@ -33,7 +33,8 @@ type Claim struct {
 	// give back); any other bucket needs them zero.
 	//
 	// Holder names who holds the tokens granted: unique in the fleet
-	// (an instance and its lease, say), at most 64 bytes.
+	// (an instance and its lease, say), at most 64 bytes, without ":" or
+	// ";".
 	Holder string
 	// Gen numbers the holder's claims, increasing (from 1): a Refund names
 	// the last one before it. A claim with the Gen of the holder's live
@@ -119,13 +120,14 @@ func (l *Limiter) checkLease() error {
 const maxHolderLen = 64
 
 // checkHolder checks the holder of a claim or refund: named, with a
-// ledger; absent, without.
+// ledger; absent, without. A holder has no ':' or ';', which spell the
+// ledger's records (ledger.lua).
 func (l *Limiter) checkHolder(holder string, gen int64) error {
 	switch {
 	case !l.alg.holders && (holder != "" || gen != 0):
 		return fmt.Errorf("%w: remote: holder %q for a bucket without a lease ledger", tierlimit.ErrInvalidKey, holder)
-	case l.alg.holders && (holder == "" || len(holder) > maxHolderLen || gen < 0):
-		return fmt.Errorf("%w: remote: a lease ledger needs a holder of 1 to %d bytes and Gen >= 0, not %q, %d",
+	case l.alg.holders && (holder == "" || len(holder) > maxHolderLen || strings.ContainsAny(holder, ":;") || gen < 0):
+		return fmt.Errorf("%w: remote: a lease ledger needs a holder of 1 to %d bytes without ':' or ';', and Gen >= 0, not %q, %d",
 			tierlimit.ErrInvalidKey, maxHolderLen, holder, gen)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,6 +103,51 @@ func testLeaseLedger(t *testing.T, b backend) {
 		if n, r, err := tb.Lease(ctx, "k", Claim{}); err != nil || n != 0 || r.Remaining != s.level {
 			t.Errorf("%s: Lease(Claim{}) = %d, %+v, %v; want nothing granted and level %d", s.name, n, r, err, s.level)
 		}
+	}
+}
+
+func TestLedgerBesidePlainMiniredis(t *testing.T) { testLedgerBesidePlain(t, miniBackend(t)) }
+
+func TestLedgerBesidePlainRedis(t *testing.T) {
+	checkOn(t, redistest.Start(t).Client(t), testLedgerBesidePlain)
+}
+
+// testLedgerBesidePlain: a token bucket without a ledger (remote's) on a
+// key whose ledger records a lease spends from the level and keeps the
+// records as they are, so that the holder's claim sent again is still
+// recognised.
+func testLedgerBesidePlain(t *testing.T, b backend) {
+	ctx := context.Background()
+	b.set(t0)
+	cfg := b.cfg
+	plain, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Hold = time.Second
+	ledger, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Claim{Min: 1, Want: 4, Holder: "a", Gen: 1}
+	if n, _, err := ledger.Lease(ctx, "k", c); err != nil || n != 4 {
+		t.Fatalf("claim: %d, %v; want 4 granted", n, err)
+	}
+	if r, err := plain.AllowN(ctx, "k", 2); err != nil || !r.Allowed || r.Remaining != 4 {
+		t.Fatalf("plain AllowN(2) = %+v, %v; want allowed, 4 remaining", r, err)
+	}
+	v, err := b.rdb.Get(ctx, ledger.Keys("k")[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, records, err := SplitLedger(v)
+	want := []Record{{Holder: "a", Held: 4, Gen: 1, Deadline: t0.Add(time.Second).UnixMicro(), Grant: 4}}
+	if err != nil || !slices.Equal(records, want) {
+		t.Fatalf("records after a plain call = %+v, %v; want %+v", records, err, want)
+	}
+	// The claim sent again: handed its 4 tokens again, taking none.
+	if n, r, err := ledger.Lease(ctx, "k", c); err != nil || n != 4 || r.Remaining != 4 {
+		t.Errorf("claim sent again: %d, %+v, %v; want 4 granted, 4 remaining", n, r, err)
 	}
 }
 
@@ -224,9 +270,11 @@ func TestLeaseLedgerInput(t *testing.T) {
 		c    Claim
 		want error
 	}{
-		{ledger, Claim{Min: 1, Want: 1}, tierlimit.ErrInvalidCost},                      // no Gen
-		{ledger, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},               // no holder
-		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: long}, tierlimit.ErrInvalidKey}, // holder too long
+		{ledger, Claim{Min: 1, Want: 1}, tierlimit.ErrInvalidCost},                       // no Gen
+		{ledger, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},                // no holder
+		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: long}, tierlimit.ErrInvalidKey},  // holder too long
+		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a:b"}, tierlimit.ErrInvalidKey}, // spells a record's fields
+		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a;b"}, tierlimit.ErrInvalidKey}, // spells the records' separator
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a", Held: -1}, tierlimit.ErrInvalidCost},
 		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost},         // refund in a claim
 		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Orphan: 2}, tierlimit.ErrInvalidCost}, // an orphan not before the claim
@@ -366,13 +414,17 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 			// Every limit's stored level and records stay within its
 			// capacity, and each holder holds at most its record.
 			for i, lim := range limits {
-				records := rdb.HGetAll(ctx, keys[2*i+1]).Val()
+				v, err := rdb.Get(ctx, keys[i]).Result()
+				state, records, perr := SplitLedger(v)
+				if perr != nil {
+					t.Fatal(perr)
+				}
 				var sum int64
 				for _, h := range hs {
-					var rec, gen, deadline, grant int64
-					if v, ok := records[h.name]; ok {
-						if _, err := fmt.Sscanf(v, "%d:%d:%d:%d", &rec, &gen, &deadline, &grant); err != nil {
-							t.Fatalf("record %q: %v", v, err)
+					var rec int64
+					for _, x := range records {
+						if x.Holder == h.name {
+							rec = x.Held
 						}
 					}
 					sum += rec
@@ -380,9 +432,9 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 						t.Fatalf("limit %v: holder %s holds %d, its record %d", lim, h.name, h.held, rec)
 					}
 				}
-				if v, err := rdb.Get(ctx, keys[2*i]).Result(); err == nil {
+				if err == nil {
 					var k, r, ts int64
-					if _, err := fmt.Sscanf(v, "%d:%d:%d", &k, &r, &ts); err != nil {
+					if _, err := fmt.Sscanf(state, "%d:%d:%d", &k, &r, &ts); err != nil {
 						t.Fatalf("state %q: %v", v, err)
 					}
 					if k+sum > lim.Capacity() || k+sum == lim.Capacity() && r > 0 {
