@@ -164,13 +164,13 @@ func findKeys(ctx context.Context, rdb *redis.Client, prefix, key string) ([]key
 type keyState struct {
 	name    keyName
 	typ     string
-	ttl     time.Duration  // -1: no TTL (never written so by this library); -2: gone
-	raw     string         // strings
-	value   string         // raw, a token bucket's without its ledger
-	ledger  []store.Record // a token bucket's lease ledger, from its string
-	bad     error          // a ledger that is not in its format
-	entries []redis.Z      // sorted sets, oldest first
-	now     int64          // server clock, µs
+	ttl     time.Duration // -1: no TTL (never written so by this library); -2: gone
+	raw     string        // strings
+	value   string        // raw, a token bucket's without its ledger
+	ledger  store.Ledger  // a token bucket's lease ledger, from its string
+	bad     error         // a ledger that is not in its format
+	entries []redis.Z     // sorted sets, oldest first
+	now     int64         // server clock, µs
 }
 
 func readKey(ctx context.Context, rdb *redis.Client, k keyName, now int64) (keyState, error) {
@@ -290,7 +290,7 @@ func (st keyState) print(w io.Writer, c inspectConfig) {
 	}
 	line("value", "%q", st.raw)
 	st.decode(line, limit)
-	if st.ledger != nil || st.bad != nil {
+	if st.ledger.Records != nil || st.bad != nil {
 		st.printLedger(line)
 	}
 }
@@ -319,14 +319,14 @@ func (st keyState) matching(c inspectConfig) *tierlimit.Limit {
 func (st keyState) printLedger(line func(string, string, ...any)) {
 	line("ledger", "tokens leased that holders may still spend: the bucket refills up to capacity minus their sum")
 	var sum int64
-	for _, r := range st.ledger {
+	for _, r := range st.ledger.Records {
 		sum += r.Held
 		line("holder", "%s: %d tokens at most, after claim #%d, which handed out %d; spends none after %s", r.Holder, r.Held, r.Gen, r.Grant, st.ago(r.Deadline))
 	}
 	if st.bad != nil {
 		line("holder", "%v (docs/operations.md)", st.bad)
 	}
-	line("held", "%d tokens by %d holder(s)", sum, len(st.ledger))
+	line("held", "%d tokens by %d holder(s)", sum, len(st.ledger.Records))
 }
 
 // gcraLeft returns the tokens a GCRA key of limit holds at now when its

@@ -15,13 +15,17 @@
 -- KEYS[1]  string "k:r:ts:unit:per:cap" then the ledger: the bucket as
 --          tokenbucket.lua's (the level is k tokens and r/unit of one
 --          more, ts = µs of the last write, unit:per:cap the limit it was
---          written under), then a record ";holder:held:gen:deadline:grant"
+--          written under), then, if any holder has a record,
+--          "|total:lo:hi" and a record ";holder:held:gen:deadline:grant"
 --          per holder: tokens the holder may still spend (an upper bound),
 --          the number of its last claim, the µs after which it spends none
 --          of them (it promises to stop before), and what its last claim
---          handed out (granted and recovered). One key, read and written
---          once: the ledger costs Redis no command of its own. An absent
---          key is a full bucket with an empty ledger.
+--          handed out (granted and recovered). total is the sum of the
+--          records' held, lo a µs at most every record's deadline, hi one
+--          at least every deadline: until lo passes, a call reads only its
+--          holder's record. One key, read and written once: the ledger
+--          costs Redis no command of its own. An absent key is a full
+--          bucket with an empty ledger.
 -- KEYS[2]  optional: the marker of an idempotent refund (once in lib.lua).
 -- ARGV[1]  client clock in µs, or 0 for TIME
 -- ARGV[2]  min: tokens required; fewer available denies and grants nothing
@@ -84,24 +88,33 @@ for i = 1, n do
   if i > 1 then lim = ARGV[9 + i] end
   local unit, per, cap = tb_limit(lim)
   local b = {bk = KEYS[i], lim = lim, unit = unit, per = per, cap = cap,
-    k = 0, r = 0, now = 0, total = 0, maxd = 0, dirty = false, mine = false, rec = false, others = '', keep = 0}
+    k = 0, r = 0, now = 0, total = 0, lo = 0, hi = 0, dirty = false, mine = false, rec = false, before = '', after = '', keep = 0}
   local k, r, ts, old, rest = bucket_get(b.bk)
   local now = clock
   if ts and ts > now then now = ts end
   b.now = now
 
-  -- The ledger: live records (the holder's apart, the others kept as
-  -- they are spelled), and those past their deadline in time order.
-  local total, maxd = 0, 0 -- tokens of every record; latest live deadline
-  local dead, live = {}, {}
+  -- The ledger. Until a deadline passes (lo), only the holder's record is
+  -- read, and the others are kept as they are spelled; then every record
+  -- is, those past their deadline are dropped (dead, in time order), and
+  -- lo and hi are the live records' earliest and latest deadlines.
+  local total, lo, hi, recs = 0, 0, 0, ''
   if rest and rest ~= '' then
-    for rec, h, a, g, d, last in string.gmatch(rest, '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))') do
+    local t, l, h, rs = string.match(rest, '^|(%d+):(%d+):(%d+)(.*)$')
+    if t then total, lo, hi, recs = tonumber(t), tonumber(l), tonumber(h), rs end
+  end
+  local dead
+  if recs ~= '' and lo <= now then
+    total, lo, hi = 0, 0, 0
+    local live = {}
+    for rec, h, a, g, d, last in string.gmatch(recs, '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))') do
       a, d = tonumber(a), tonumber(d)
       total = total + a
       if d <= now then
-        dead[#dead + 1] = {d, a}
+        if dead then dead[#dead + 1] = {d, a} else dead = {{d, a}} end
       else
-        if d > maxd then maxd = d end
+        if d > hi then hi = d end
+        if lo == 0 or d < lo then lo = d end
         if h == holder then
           b.mine, b.rec = {a, tonumber(g), d, tonumber(last)}, rec
         else
@@ -109,7 +122,20 @@ for i = 1, n do
         end
       end
     end
-    b.others = table.concat(live)
+    b.before = table.concat(live)
+  elseif recs ~= '' then
+    b.before = recs
+    local i = holder ~= '' and string.find(recs, ';' .. holder .. ':', 1, true)
+    if i then
+      local j = string.find(recs, ';', i + 1, true)
+      local rec = string.sub(recs, i, (j or #recs + 1) - 1)
+      local a, g, d, last = string.match(rec, ':(%d+):(%d+):(%d+):(%d+)$')
+      if a then
+        b.mine, b.rec = {tonumber(a), tonumber(g), tonumber(d), tonumber(last)}, rec
+        b.before = string.sub(recs, 1, i - 1)
+        if j then b.after = string.sub(recs, j) end
+      end
+    end
   end
 
   -- Refill up to now, the ceiling rising at each deadline passed.
@@ -122,17 +148,19 @@ for i = 1, n do
   elseif k >= b.cap - total then
     k, r = math.max(b.cap - total, 0), 0
   end
-  if #dead > 1 then table.sort(dead, function(x, y) return x[1] < y[1] end) end
-  for _, x in ipairs(dead) do
-    if x[1] > ts then
-      k, r = fill(k, r, x[1] - ts, b.unit, b.per, b.cap - total)
-      ts = x[1]
+  if dead then
+    if #dead > 1 then table.sort(dead, function(x, y) return x[1] < y[1] end) end
+    for _, x in ipairs(dead) do
+      if x[1] > ts then
+        k, r = fill(k, r, x[1] - ts, b.unit, b.per, b.cap - total)
+        ts = x[1]
+      end
+      total = total - x[2]
     end
-    total = total - x[2]
+    b.dirty = true
   end
   b.k, b.r = fill(k, r, now - ts, b.unit, b.per, b.cap - total)
-  if #dead > 0 then b.dirty = true end
-  b.total, b.maxd = total, maxd
+  b.total, b.lo, b.hi = total, lo, hi
   B[i] = b
 end
 
@@ -220,7 +248,8 @@ for i = 1, n do
   if holder ~= '' and held >= 0 and (grant > 0 or b.mine) then
     if grant > 0 then
       local d = b.now + hold
-      if d > b.maxd then b.maxd = d end
+      if d > b.hi then b.hi = d end
+      if b.lo == 0 or d < b.lo then b.lo = d end
       b.rec = string.format(';%s:%d:%d:%d:%d', holder, b.keep + grant, gen, d, grant + recovered)
     elseif b.keep > 0 then
       b.rec = string.format(';%s:%d:%d:%d:%d', holder, b.keep, gen, b.mine[3], recovered)
@@ -237,10 +266,15 @@ for i = 1, n do
   if b.dirty then
     -- The level only rises until a grant rewrites the state: full by the
     -- last deadline plus reset, when the absent key means a full bucket
-    -- with an empty ledger.
-    local life = reset
-    if b.total > 0 then life = b.maxd - b.now + reset end
-    bucket_put(b.bk, b.k, b.r, b.now, b.cap, life, b.lim, b.others .. (b.rec or ''))
+    -- with an empty ledger. The value is built in one concatenation: a
+    -- ledger of many holders is long, and each string costs its length.
+    local rec = b.rec or ''
+    if b.before == '' and rec == '' and b.after == '' then
+      bucket_put(b.bk, b.k, b.r, b.now, b.cap, reset, b.lim)
+    else
+      put(b.bk, string.format('%d:%d:%d:%s|%d:%d:%d', b.k, b.r, b.now, b.lim, b.total, b.lo, b.hi) ..
+        b.before .. rec .. b.after, math.max(b.hi - b.now, 0) + reset)
+    end
   end
   local retry = 0
   if allowed == 0 then retry = lag + wait_us(b.k, b.r, min, b.unit, b.per) end

@@ -122,13 +122,13 @@ end
 
 -- bucket_get returns the level k, r, the time ts (µs of the last write),
 -- the limit lim ("unit:per:cap") and the rest of the token bucket at key,
--- stored as "k:r:ts:unit:per:cap" then rest: ledger.lua's records, each
--- ";holder:held:gen:deadline:grant" ('' for none). It returns nil when the
--- key is absent (tokenbucket.lua and ledger.lua say what that means).
+-- stored as "k:r:ts:unit:per:cap" then rest: ledger.lua's ledger, which
+-- begins with '|' ('' for none). It returns nil when the key is absent
+-- (tokenbucket.lua and ledger.lua say what that means).
 local function bucket_get(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local k, r, ts, lim, rest = string.match(v, '^(%d+):(%d+):(%d+):([^;]+)(.*)$')
+  local k, r, ts, lim, rest = string.match(v, '^(%d+):(%d+):(%d+):([^|]+)(.*)$')
   return tonumber(k), tonumber(r), tonumber(ts), lim, rest
 end
 

@@ -6,8 +6,16 @@ import (
 	"strings"
 )
 
-// Record is one holder's record in a token bucket's lease ledger
-// (ledger.lua).
+// Ledger is a token bucket's lease ledger as Redis holds it (ledger.lua).
+type Ledger struct {
+	Total int64 // the records' held, summed
+	// Lo is at most every record's deadline and Hi at least: until Lo
+	// passes, a call reads only its holder's record.
+	Lo, Hi  int64
+	Records []Record
+}
+
+// Record is one holder's record in a lease ledger.
 type Record struct {
 	Holder   string
 	Held     int64 // tokens the holder may still spend, at most
@@ -17,26 +25,47 @@ type Record struct {
 }
 
 // SplitLedger splits the value of a token bucket's key into the bucket's
-// state, "k:r:ts:unit:per:cap", and the records of its lease ledger that
-// follow it, each ";holder:held:gen:deadline:grant" (none for a bucket
-// without a ledger).
-func SplitLedger(v string) (state string, records []Record, err error) {
-	state, rest, _ := strings.Cut(v, ";")
-	if rest == "" {
-		return state, nil, nil
+// state, "k:r:ts:unit:per:cap", and the lease ledger that may follow it,
+// "|total:lo:hi" then a record ";holder:held:gen:deadline:grant" per
+// holder (the zero Ledger for a bucket without one).
+func SplitLedger(v string) (state string, l Ledger, err error) {
+	state, rest, ok := strings.Cut(v, "|")
+	if !ok {
+		return state, l, nil
 	}
-	for _, s := range strings.Split(rest, ";") {
-		f := strings.Split(s, ":")
-		if len(f) != 5 || f[0] == "" {
-			return state, records, fmt.Errorf("ledger record %q: want holder:held:gen:deadline:grant", s)
-		}
-		rec := Record{Holder: f[0]}
-		for i, p := range []*int64{&rec.Held, &rec.Gen, &rec.Deadline, &rec.Grant} {
-			if *p, err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
-				return state, records, fmt.Errorf("ledger record %q: %w", s, err)
-			}
-		}
-		records = append(records, rec)
+	head, recs, _ := strings.Cut(rest, ";")
+	f, err := ints(head, 3)
+	if err != nil {
+		return state, l, fmt.Errorf("ledger %q: want total:lo:hi: %w", head, err)
 	}
-	return state, records, nil
+	l.Total, l.Lo, l.Hi = f[0], f[1], f[2]
+	if recs == "" {
+		return state, l, fmt.Errorf("ledger %q: no record", rest)
+	}
+	for _, s := range strings.Split(recs, ";") {
+		holder, nums, _ := strings.Cut(s, ":")
+		f, err := ints(nums, 4)
+		if holder == "" || err != nil {
+			return state, l, fmt.Errorf("ledger record %q: want holder:held:gen:deadline:grant", s)
+		}
+		l.Records = append(l.Records, Record{Holder: holder, Held: f[0], Gen: f[1], Deadline: f[2], Grant: f[3]})
+	}
+	return state, l, nil
+}
+
+// ints parses n integers spelled "a:b:…".
+func ints(s string, n int) ([]int64, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != n {
+		return nil, fmt.Errorf("%d fields, want %d", len(parts), n)
+	}
+	out := make([]int64, n)
+	for i, p := range parts {
+		x, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = x
+	}
+	return out, nil
 }

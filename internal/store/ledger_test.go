@@ -140,10 +140,11 @@ func testLedgerBesidePlain(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, records, err := SplitLedger(v)
-	want := []Record{{Holder: "a", Held: 4, Gen: 1, Deadline: t0.Add(time.Second).UnixMicro(), Grant: 4}}
-	if err != nil || !slices.Equal(records, want) {
-		t.Fatalf("records after a plain call = %+v, %v; want %+v", records, err, want)
+	_, got, err := SplitLedger(v)
+	d := t0.Add(time.Second).UnixMicro()
+	want := Ledger{Total: 4, Lo: d, Hi: d, Records: []Record{{Holder: "a", Held: 4, Gen: 1, Deadline: d, Grant: 4}}}
+	if err != nil || got.Total != want.Total || got.Lo != want.Lo || got.Hi != want.Hi || !slices.Equal(got.Records, want.Records) {
+		t.Fatalf("ledger after a plain call = %+v, %v; want %+v", got, err, want)
 	}
 	// The claim sent again: handed its 4 tokens again, taking none.
 	if n, r, err := ledger.Lease(ctx, "k", c); err != nil || n != 4 || r.Remaining != 4 {
@@ -415,19 +416,27 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 			// capacity, and each holder holds at most its record.
 			for i, lim := range limits {
 				v, err := rdb.Get(ctx, keys[i]).Result()
-				state, records, perr := SplitLedger(v)
+				state, ledger, perr := SplitLedger(v)
 				if perr != nil {
 					t.Fatal(perr)
 				}
 				var sum int64
+				for _, x := range ledger.Records {
+					sum += x.Held
+					if x.Deadline < ledger.Lo || x.Deadline > ledger.Hi {
+						t.Fatalf("limit %v: record %+v's deadline outside the ledger's [%d, %d]", lim, x, ledger.Lo, ledger.Hi)
+					}
+				}
+				if sum != ledger.Total {
+					t.Fatalf("limit %v: records hold %d, the ledger's total says %d: %q", lim, sum, ledger.Total, v)
+				}
 				for _, h := range hs {
 					var rec int64
-					for _, x := range records {
+					for _, x := range ledger.Records {
 						if x.Holder == h.name {
 							rec = x.Held
 						}
 					}
-					sum += rec
 					if h.held > rec {
 						t.Fatalf("limit %v: holder %s holds %d, its record %d", lim, h.name, h.held, rec)
 					}
