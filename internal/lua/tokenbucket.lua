@@ -7,7 +7,7 @@
 --           the level is k tokens and r/unit of one more, ts = µs of the
 --           last write, and unit:per:cap the limit it was written under. An
 --           absent key is a full bucket. The records of a lease ledger that
---           may follow (ledger.lua) are kept as they are.
+--           may follow (ledger.lua) are kept as they are, and as long.
 -- KEYS[n+1] optional, n = the number of entries: the marker of an
 --           idempotent refund (once in lib.lua).
 -- ARGV[1]   client clock in µs, or 0 for TIME
@@ -109,7 +109,12 @@ for i = 1, n do
   end
   local reset = lag[i] + wait_us(k, r, cap, unit, per)
   if take ~= 0 or dirty[i] then
-    bucket_put(KEYS[i], k, r, now + lag[i], cap, reset, lim[i], rest[i])
+    -- A lease ledger's records (ledger.lua) live until their last
+    -- deadline, hi, at least.
+    local life = reset
+    local hi = rest[i] and string.match(rest[i], '^|%d+:%d+:(%d+)')
+    if hi then life = math.max(life, tonumber(hi) - now) end
+    bucket_put(KEYS[i], k, r, now + lag[i], cap, life, lim[i], rest[i])
   end
   local retry = 0
   if allowed == 0 and k < cost[i] then

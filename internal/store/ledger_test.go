@@ -146,6 +146,11 @@ func testLedgerBesidePlain(t *testing.T, b backend) {
 	if err != nil || got.Total != want.Total || got.Lo != want.Lo || got.Hi != want.Hi || !slices.Equal(got.Records, want.Records) {
 		t.Fatalf("ledger after a plain call = %+v, %v; want %+v", got, err, want)
 	}
+	// The records live until their deadline, whatever the plain call's
+	// own TTL (the time its bucket takes to fill, 600 ms).
+	if ttl := b.rdb.PTTL(ctx, ledger.Keys("k")[0]).Val(); ttl < 900*time.Millisecond {
+		t.Errorf("TTL after a plain call = %v, want the records' 1 s at least", ttl)
+	}
 	// The claim sent again: handed its 4 tokens again, taking none.
 	if n, r, err := ledger.Lease(ctx, "k", c); err != nil || n != 4 || r.Remaining != 4 {
 		t.Errorf("claim sent again: %d, %+v, %v; want 4 granted, 4 remaining", n, r, err)
