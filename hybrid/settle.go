@@ -65,10 +65,9 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	case d < 0:
 		// The lease first, then Redis for what it lacks.
 		rest := -d - l.takeUpTo(e, -d)
-		if rest == 0 {
+		if rest == 0 || !l.takeFromRedis(ctx, e, rest) {
 			return l.settled(e, tierlimit.SourceLocal), nil
 		}
-		l.takeFromRedis(ctx, e, rest)
 	}
 	return l.settled(e, tierlimit.SourceRemote), nil
 }
@@ -137,18 +136,25 @@ func (l *Limiter) giveToRedis(e *entry, d int64) {
 		r.N = min(d+e.tokens.Swap(0), p.capacity)
 		r.Holder, r.Gen = e.holder, e.gen.Load()
 	}
-	_ = l.refund([]store.Refund{r}, false)
+	if l.refund([]store.Refund{r}, false) == nil {
+		// Redis holds what it held and r.N more, up to its capacity (less
+		// what other holders hold): what Settle's Result reports.
+		e.remote.Store(min(max(0, e.remote.Load())+r.N, p.capacity))
+	}
 }
 
 // takeFromRedis takes up to d tokens from e's bucket in one call, as a
 // charge-back does: what the bucket lacks is not taken (never below empty).
-// If the call fails, e owes d, charged when Redis answers again.
-func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) {
+// If the call fails, e owes d, charged when Redis answers again. Tokens a
+// refill landed in e's lease since the caller looked are taken first,
+// under the key lock, which refills hold until they land: it reports
+// whether Redis was called.
+func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 	mu := l.keyLock(e.key)
 	mu.Lock()
 	defer mu.Unlock()
-	if e.stale.Load() {
-		return
+	if d -= l.takeUpTo(e, d); d == 0 || e.stale.Load() {
+		return false
 	}
 	c := l.claimOf(e, 0, d)
 	var granted int64
@@ -167,7 +173,7 @@ func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) {
 		if e.evicted.Load() {
 			l.keys.keep(e) // after the Add: see table.forget
 		}
-		return
+		return true
 	}
 	// More than d granted is an earlier claim's grant handed over again
 	// (store.Claim's Orphan): the lease's. What is left, spent by the
@@ -183,4 +189,5 @@ func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) {
 	l.stats.leased.Add(granted) // spent by the events settled
 	e.remote.Store(res.Remaining)
 	e.lastClaim.Store(l.now())
+	return true
 }

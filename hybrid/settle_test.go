@@ -69,8 +69,8 @@ func TestSettleGiveBackPastTheLease(t *testing.T) {
 	}
 	before := e.calls.Calls()
 	r, err := l.Settle(e.ctx, "k", 30, 4) // 26 back: more than a lease
-	if err != nil || !r.Allowed {
-		t.Fatalf("Settle(k, 30, 4) = %+v, %v; want allowed", r, err)
+	if err != nil || !r.Allowed || r.Remaining != 96 {
+		t.Fatalf("Settle(k, 30, 4) = %+v, %v; want allowed, 96 remaining (100 - 4 used)", r, err)
 	}
 	if got := e.calls.Calls() - before; got != 1 {
 		t.Errorf("Settle made %d Redis calls, want 1", got)
