@@ -6,8 +6,8 @@
 -- rate·T of every limit, as one bucket per limit would, whatever it held
 -- when the interval began. A grant takes the same tokens from every bucket
 -- and is recorded in every ledger (a token spent counts against every
--- limit). The buckets' state, refill and write are lib.lua's (bucket_get,
--- fill, bucket_put).
+-- limit). The buckets' state and refill are lib.lua's (bucket_get, fill);
+-- the ledger follows the state in the same string.
 --
 -- Limit i (1..n) has KEYS[i], as KEYS[1] below, and its limit in ARGV[5]
 -- (i = 1) or ARGV[9+i] (i >= 2); the optional refund marker is KEYS[n+1].
