@@ -248,7 +248,10 @@ type Grant struct {
 
 // LeaseBatch runs claims[i] for keys[i], as Lease does, in one pipelined
 // round trip (one per Cluster node). Bad input fails every claim before any
-// is sent.
+// is sent. On a lease ledger the claims of one slot (all of them on a
+// single Redis) run in one script call, up to batchMax of them: Redis runs
+// the script's setup once for them all. Its error, if any, is every
+// claim's.
 func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim) []Grant {
 	grants := make([]Grant, len(claims))
 	plans := make([]*plan, len(claims))
@@ -262,6 +265,10 @@ func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim)
 		}
 		plans[i] = p
 	}
+	if l.alg.holders {
+		l.leaseBatched(ctx, keys, claims, plans, grants)
+		return grants
+	}
 	cmds := l.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []any) {
 		return l.Keys(keys[i]), l.claimArgs(claims[i], plans[i])
 	})
@@ -273,6 +280,66 @@ func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim)
 		grants[i].Err = err
 	}
 	return grants
+}
+
+// batchMax bounds the claims of one batched script call.
+const batchMax = 256
+
+// leaseBatched runs LeaseBatch's claims on a lease ledger, in batches of
+// one slot each (ledger.lua's batch mode), pipelined, and fills grants.
+func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Claim, plans []*plan, grants []Grant) {
+	var batches [][]int   // claim indexes
+	open := map[int]int{} // slot -> its batch being filled
+	for i := range claims {
+		slot := 0
+		if l.cluster {
+			tag := keyTag(keys[i])
+			slot = slotOf(string(tag[:]))
+		}
+		b, ok := open[slot]
+		if !ok || len(batches[b]) == batchMax {
+			b = len(batches)
+			batches = append(batches, nil)
+			open[slot] = b
+		}
+		batches[b] = append(batches[b], i)
+	}
+	cmds := l.pipeline(ctx, "claim", len(batches), func(b int) ([]string, []any) {
+		ks := make([]string, 0, len(batches[b])*len(l.bases))
+		args := make([]any, 0, 3+8*len(batches[b]))
+		args = append(args, l.now(), "batch", l.hold)
+		for _, i := range batches[b] {
+			c, p := claims[i], plans[i]
+			ks = l.appendKeys(ks, keys[i])
+			gen, held, holder := c.Gen, c.Held, c.Holder
+			if c.peek() {
+				gen, held, holder = 0, -1, "" // a call that holds nothing
+			}
+			args = append(args, len(p.specs), c.Min, c.Want, gen, held, holder, c.Orphan)
+			for _, spec := range p.specs {
+				args = append(args, spec)
+			}
+		}
+		return ks, args
+	})
+	for b, cmd := range cmds {
+		replies, err := cmd.Slice()
+		if err == nil && len(replies) != len(batches[b]) {
+			err = fmt.Errorf("remote: %s: batch reply of %d claims, want %d", l.alg.name, len(replies), len(batches[b]))
+		}
+		for j, i := range batches[b] {
+			if err != nil {
+				grants[i].Err = err
+				continue
+			}
+			reply, ok := replies[j].([]any)
+			if !ok {
+				grants[i].Err = fmt.Errorf("remote: %s: batch reply %d is %T", l.alg.name, j, replies[j])
+				continue
+			}
+			grants[i].Result, grants[i].Granted, grants[i].Err = l.result(reply, plans[i].limits)
+		}
+	}
 }
 
 // pipeline runs the script n times, call i with the Redis keys and ARGV

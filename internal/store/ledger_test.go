@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/clocktest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
@@ -468,6 +469,77 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 						t.Fatalf("limit %v: spent %d over %v, bound %d", lim, got, q.at.Sub(p.at), bound)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestLedgerBatch runs claims of many keys, with an extra limit, as one
+// LeaseBatch (ledger.lua's batch mode: one script call per slot) and
+// checks each grant, each key's level and ledger against what the same
+// claims give one by one; on a Cluster the keys fall in many slots.
+func TestLedgerBatch(t *testing.T) {
+	backends := []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"miniredis", func(t *testing.T) redis.UniversalClient { return miniBackend(t).rdb }},
+		{"redis", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { ledgerBatch(t, b.rdb(t)) })
+	}
+}
+
+func ledgerBatch(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	clock := &clocktest.Clock{}
+	clock.Set(t0)
+	cfg := Config{Hold: time.Second, Clock: clock, Extra: []tierlimit.Limit{tierlimit.PerMinute(100)}}
+	cfg.Prefix = "batch:"
+	batched, err := New(rdb, TokenBucket, tierlimit.PerSecond(10).WithBurst(20), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Prefix = "single:"
+	single, err := New(rdb, TokenBucket, tierlimit.PerSecond(10).WithBurst(20), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 300 claims (more than one batch): three holders claim on 100 keys in
+	// turn, some more than a key holds, some sent again, some peeks.
+	var keys []string
+	var claims []Claim
+	for i := range 300 {
+		h := i / 100
+		c := Claim{Min: 1, Want: int64(3 + i%11), Holder: fmt.Sprintf("h%d", h), Gen: int64(1 + h), Held: int64(i % 4)}
+		switch i % 7 {
+		case 3:
+			c = Claim{} // a peek
+		case 5:
+			c.Min = c.Want // all or nothing
+		}
+		keys = append(keys, fmt.Sprintf("k%d", i%100))
+		claims = append(claims, c)
+	}
+	// A claim sent again: the same Gen as its holder's record.
+	keys, claims = append(keys, "k7"), append(claims, claims[207])
+	grants := batched.LeaseBatch(ctx, keys, claims)
+	for i, c := range claims {
+		n, res, err := single.Lease(ctx, keys[i], c)
+		g := grants[i]
+		if g.Err != nil || err != nil || g.Granted != n || g.Result != res {
+			t.Fatalf("claim %d %+v of %s: batched %d, %+v, %v; one by one %d, %+v, %v", i, c, keys[i], g.Granted, g.Result, g.Err, n, res, err)
+		}
+	}
+	for i := range 100 {
+		key := fmt.Sprintf("k%d", i)
+		for j, k := range batched.Keys(key) {
+			got, _ := rdb.Get(ctx, k).Result()
+			want, _ := rdb.Get(ctx, single.Keys(key)[j]).Result()
+			if got != want {
+				t.Errorf("%s: batched state %q, one by one %q", k, got, want)
 			}
 		}
 	}
