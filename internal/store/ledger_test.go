@@ -388,12 +388,16 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 			case 0: // claim; with arg's bit 3, its reply is lost and go-redis sends it again
 				h.gen++
 				c := Claim{Min: 1, Want: arg%8 + 1, Holder: h.name, Gen: h.gen, Held: h.held}
+				lease := func() (int64, error) { n, _, err := tb.Lease(ctx, "k", c); return n, err }
+				if h.gen%2 == 0 { // every other claim in batch mode, as refills claim
+					lease = func() (int64, error) { g := tb.LeaseBatch(ctx, []string{"k"}, []Claim{c})[0]; return g.Granted, g.Err }
+				}
 				if arg&8 != 0 {
-					if _, _, err := tb.Lease(ctx, "k", c); err != nil {
+					if _, err := lease(); err != nil {
 						t.Fatal(err)
 					}
 				}
-				n, _, err := tb.Lease(ctx, "k", c)
+				n, err := lease()
 				if err != nil {
 					t.Fatal(err)
 				}
