@@ -223,21 +223,10 @@ func lead(v string, n int) ([]int64, string, bool) {
 	return f, parts[n], ok
 }
 
-// fields splits a "a:b:c" value into n integers.
+// fields splits a "a:b:c" value into n integers (store.ParseInts).
 func fields(v string, n int) ([]int64, bool) {
-	parts := strings.Split(v, ":")
-	if len(parts) != n {
-		return nil, false
-	}
-	out := make([]int64, n)
-	for i, p := range parts {
-		x, err := strconv.ParseInt(p, 10, 64)
-		if err != nil {
-			return nil, false
-		}
-		out[i] = x
-	}
-	return out, true
+	f, err := store.ParseInts(v, n)
+	return f, err == nil
 }
 
 // ago formats the server-clock instant at (µs) relative to now.

@@ -71,6 +71,10 @@
 -- deadline passing raises the ceiling, not the level); a denied call grants nothing; every key has a TTL, and the state
 -- lives until the bucket is full after the ledger's last deadline.
 
+-- A record of the ledger: its whole text, holder, held, gen, deadline and
+-- grant.
+local record = '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))'
+
 -- claim runs one call as ARGV[2..10] describe it, on the n buckets keys
 -- (their limits in lims), at clock, and returns its reply.
 local function claim(clock, keys, lims, min, want, refund, hold, gen, held, holder, orphan)
@@ -103,7 +107,7 @@ local function claim(clock, keys, lims, min, want, refund, hold, gen, held, hold
     if recs ~= '' and lo <= now then
       total, lo, hi = 0, 0, 0
       local live = {}
-      for rec, h, a, g, d, last in string.gmatch(recs, '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))') do
+      for rec, h, a, g, d, last in string.gmatch(recs, record) do
         a, d = tonumber(a), tonumber(d)
         total = total + a
         if d <= now then
@@ -122,15 +126,11 @@ local function claim(clock, keys, lims, min, want, refund, hold, gen, held, hold
     elseif recs ~= '' then
       b.before = recs
       local i = holder ~= '' and string.find(recs, ';' .. holder .. ':', 1, true)
-      if i then
-        local j = string.find(recs, ';', i + 1, true)
-        local rec = string.sub(recs, i, (j or #recs + 1) - 1)
-        local a, g, d, last = string.match(rec, ':(%d+):(%d+):(%d+):(%d+)$')
-        if a then
-          b.mine, b.rec = {tonumber(a), tonumber(g), tonumber(d), tonumber(last)}, rec
-          b.before = string.sub(recs, 1, i - 1)
-          if j then b.after = string.sub(recs, j) end
-        end
+      local rec, _, a, g, d, last
+      if i then rec, _, a, g, d, last = string.match(recs, '^' .. record, i) end
+      if rec then
+        b.mine, b.rec = {tonumber(a), tonumber(g), tonumber(d), tonumber(last)}, rec
+        b.before, b.after = string.sub(recs, 1, i - 1), string.sub(recs, i + #rec)
       end
     end
 

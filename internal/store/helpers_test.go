@@ -30,6 +30,22 @@ func miniBackend(t *testing.T) backend {
 	return backend{rdb: rdb, set: m.SetTime}
 }
 
+// onEachServer runs run on miniredis, a real Redis and a 3-master Redis
+// Cluster, each a subtest.
+func onEachServer(t *testing.T, run func(*testing.T, redis.UniversalClient)) {
+	servers := []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"miniredis", func(t *testing.T) redis.UniversalClient { return miniBackend(t).rdb }},
+		{"redis", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	}
+	for _, s := range servers {
+		t.Run(s.name, func(t *testing.T) { run(t, s.rdb(t)) })
+	}
+}
+
 // checkOn runs run on rdb, a real Redis or Cluster, with a client clock
 // the run sets, then checks that every key left has a TTL.
 func checkOn(t *testing.T, rdb redis.UniversalClient, run func(*testing.T, backend)) {

@@ -136,12 +136,19 @@ func (l *Limiter) checkHolder(holder string, gen int64) error {
 // claimArgs returns the ARGV of claim c under p.
 func (l *Limiter) claimArgs(c Claim, p *plan) []any {
 	if l.alg.holders {
-		if c.peek() {
-			return l.ledgerArgs(c, p, 0, -1, "") // a call that holds nothing
-		}
-		return l.ledgerArgs(c, p, c.Gen, c.Held, c.Holder)
+		gen, held, holder := c.holding()
+		return l.ledgerArgs(c, p, gen, held, holder)
 	}
 	return l.args(modeDecide, c.Want, c.Refund, p, c.Min)
+}
+
+// holding returns the gen, held and holder ledger.lua is told of claim c:
+// a peek's are those of a call that holds nothing.
+func (c Claim) holding() (gen, held int64, holder string) {
+	if c.peek() {
+		return 0, -1, ""
+	}
+	return c.Gen, c.Held, c.Holder
 }
 
 // ledgerArgs returns the ARGV of ledger.lua for claim c's Min, Want and
@@ -311,10 +318,7 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 		for _, i := range batches[b] {
 			c, p := claims[i], plans[i]
 			ks = l.appendKeys(ks, keys[i])
-			gen, held, holder := c.Gen, c.Held, c.Holder
-			if c.peek() {
-				gen, held, holder = 0, -1, "" // a call that holds nothing
-			}
+			gen, held, holder := c.holding()
 			args = append(args, len(p.specs), c.Min, c.Want, gen, held, holder, c.Orphan)
 			for _, spec := range p.specs {
 				args = append(args, spec)

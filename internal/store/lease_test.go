@@ -85,17 +85,7 @@ func TestRefundBatch(t *testing.T) {
 // without an ID, or with another ID, still add up.
 // On a Cluster the marker key must share the bucket's slot (no CROSSSLOT).
 func TestRefundIdempotent(t *testing.T) {
-	backends := []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
-	}{
-		{"miniredis", func(t *testing.T) redis.UniversalClient { return miniBackend(t).rdb }},
-		{"redis", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
-	}
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { refundIdempotent(t, b.rdb(t)) })
-	}
+	onEachServer(t, refundIdempotent)
 }
 
 func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {

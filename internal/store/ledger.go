@@ -34,7 +34,7 @@ func SplitLedger(v string) (state string, l Ledger, err error) {
 		return state, l, nil
 	}
 	head, recs, _ := strings.Cut(rest, ";")
-	f, err := ints(head, 3)
+	f, err := ParseInts(head, 3)
 	if err != nil {
 		return state, l, fmt.Errorf("ledger %q: want total:lo:hi: %w", head, err)
 	}
@@ -44,7 +44,7 @@ func SplitLedger(v string) (state string, l Ledger, err error) {
 	}
 	for _, s := range strings.Split(recs, ";") {
 		holder, nums, _ := strings.Cut(s, ":")
-		f, err := ints(nums, 4)
+		f, err := ParseInts(nums, 4)
 		if holder == "" || err != nil {
 			return state, l, fmt.Errorf("ledger record %q: want holder:held:gen:deadline:grant", s)
 		}
@@ -53,8 +53,9 @@ func SplitLedger(v string) (state string, l Ledger, err error) {
 	return state, l, nil
 }
 
-// ints parses n integers spelled "a:b:…".
-func ints(s string, n int) ([]int64, error) {
+// ParseInts parses n integers spelled "a:b:…", as the scripts' states
+// spell them.
+func ParseInts(s string, n int) ([]int64, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) != n {
 		return nil, fmt.Errorf("%d fields, want %d", len(parts), n)

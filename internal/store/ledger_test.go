@@ -483,17 +483,7 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 // checks each grant, each key's level and ledger against what the same
 // claims give one by one; on a Cluster the keys fall in many slots.
 func TestLedgerBatch(t *testing.T) {
-	backends := []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
-	}{
-		{"miniredis", func(t *testing.T) redis.UniversalClient { return miniBackend(t).rdb }},
-		{"redis", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
-	}
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { ledgerBatch(t, b.rdb(t)) })
-	}
+	onEachServer(t, ledgerBatch)
 }
 
 func ledgerBatch(t *testing.T, rdb redis.UniversalClient) {
