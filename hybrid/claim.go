@@ -305,15 +305,27 @@ func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 			l.stats.chargedBack.Add(pay)
 			keep -= pay
 		}
-		e.tokens.Add(keep)
-		if e.evicted.Load() {
-			l.keys.keep(e) // after the Add: see table.forget
-		}
+		l.land(e, keep)
 	}
 	if p := e.policy(); res.Allowed && (granted >= want || p.maxLease == 1) {
 		e.blockedUntil.Store(0)
 	} else {
 		e.blockedUntil.Store(now + int64(l.blockFor(p, res)))
+	}
+}
+
+// land adds n granted tokens to e's lease. Tokens that land after Close
+// took the leases' tokens back (a claim that ran past Close's wait) are
+// never spent: they are counted lost, not left in a lease that nobody
+// refunds. Close sets final before it takes the tokens, and land reads it
+// after it adds them: either Close takes them or land does.
+func (l *Limiter) land(e *entry, n int64) {
+	e.tokens.Add(n)
+	if e.evicted.Load() {
+		l.keys.keep(e) // after the Add: see table.forget
+	}
+	if l.final.Load() {
+		l.stats.lost.Add(e.tokens.Swap(0))
 	}
 }
 
@@ -377,6 +389,7 @@ func (l *Limiter) entry(key string, p *policy) *entry {
 	}
 	e = &entry{key: key, stripe: uint8(keyHash(key))}
 	e.pol.Store(p)
+	e.asked.Store(l.now()) // the caller had p from policyFor
 	if l.cfg.ledger {
 		e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
 	}

@@ -83,6 +83,10 @@ type Limiter struct {
 	// then stop while the breaker is open (see beat).
 	silent atomic.Bool
 
+	// final is set by Close before it takes the leases' tokens back:
+	// tokens that land after it are lost (see land).
+	final atomic.Bool
+
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -271,8 +275,18 @@ func (l *Limiter) check(ctx context.Context, key string, n int64) error {
 // Reset forgets key in Redis and in process: it is back to full capacity.
 // Tokens leased for it are dropped: Redis's bucket is full again, so they
 // count as refunded (or as lost if Redis could not be reached).
+//
+// Reset waits for Redis as long as a call may be in flight before it
+// counts as failed, at most half a second, or until ctx ends. It returns
+// an error when Redis did not answer by then (wrapping
+// context.DeadlineExceeded), when ctx ended (ctx's error), when the
+// circuit breaker holds calls back, or when Redis failed the call: the
+// key may then still be reset, once Redis runs the call it was sent.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := tierlimit.CheckKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	h := keyHash(key)
@@ -280,9 +294,33 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return tierlimit.ErrClosed
 	}
 	defer l.keys.exit(h)
+	if l.brk.open() {
+		return errUnavailable
+	}
+	wait := l.answerWait()
+	var (
+		gaveUp atomic.Bool
+		err    error
+	)
+	if l.detachKey(ctx, h, wait, func() { err = l.reset(ctx, key, h, &gaveUp) }) {
+		return err // written before detach saw the work end
+	}
+	gaveUp.Store(true)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("hybrid: reset: redis did not answer within %v: %w", wait, context.DeadlineExceeded)
+}
+
+// reset is Reset's work, under key's lock; it does nothing if its caller
+// gave up before the lock was had.
+func (l *Limiter) reset(ctx context.Context, key string, h uint64, gaveUp *atomic.Bool) error {
 	mu := l.keyLock(key)
 	mu.Lock()
 	defer mu.Unlock()
+	if gaveUp.Load() {
+		return nil
+	}
 	// Every entry of the key goes stale: the cached one and any that
 	// ristretto dropped but that still holds tokens.
 	var dropped int64
@@ -305,7 +343,14 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if ok {
 		l.retire(cached) // no longer in the table: ristretto's Del drops it silently
 	}
-	if err := l.bucket.Reset(ctx, key); err != nil {
+	wait := l.answerWait()
+	ev, err := l.call("reset", wait, func() error {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+		defer cancel()
+		return l.bucket.Reset(cctx, key)
+	})
+	l.report(&ev)
+	if err != nil {
 		l.stats.lost.Add(dropped)
 		return err
 	}
@@ -325,25 +370,56 @@ func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
 
 // Close waits for the decisions and claims in flight, refunds every unspent
 // token to Redis, stops the background goroutines and releases the cache.
-// Later calls of AllowN and Reset return tierlimit.ErrClosed; Stats still
+// Later calls of every method return tierlimit.ErrClosed; Stats still
 // reads the counters. Close is safe to call more than once, and
 // concurrently with any method; it reports tokens it could not refund
-// (they are counted in Stats.Lost). With a client that does not honour
-// context deadlines, a claim in flight may hold Close up to the client's
-// ReadTimeout.
+// (they are counted in Stats.Lost).
+//
+// Close returns within about 1.4 s whatever the calls in flight and the
+// client's timeouts: it waits for calls in flight and background work at
+// most 400 ms, then for its refunds at most a second. A call to a stalled
+// Redis still running then ends when the client gives it up (its
+// ReadTimeout); tokens it lands later are counted lost, and refunds that
+// succeed later move from Stats.Lost to Stats.Refunded.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		// Callers and claims in flight end first, so that the refunds
 		// below include the tokens they claimed.
+		start := time.Now()
 		l.waits.Close() // waiters leave with ErrClosed
-		l.keys.shut()
+		l.keys.gate.Shut()
+		drained := l.keys.gate.Drain(closeDrain)
 		close(l.done)
-		l.wg.Wait()
-		l.closeErr = l.refundEntries(time.Time{}, true, l.keys.last())
+		awaitGroup(&l.wg, closeDrain-time.Since(start))
+		l.final.Store(true) // see land
+		l.closeErr = l.refundLast(l.collect(time.Time{}, true, l.keys.last()))
 		l.keys.eachLast(l.retire)
-		l.keys.release()
+		if drained {
+			l.keys.release()
+			return
+		}
+		go func() {
+			// ristretto is closed after the last call that uses it.
+			l.keys.gate.Drain(-1)
+			l.keys.release()
+		}()
 	})
 	return l.closeErr
+}
+
+// awaitGroup waits for wg at most wait.
+func awaitGroup(wg *sync.WaitGroup, wait time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // leaseHold is how long the bucket's ledger counts an entry's tokens after

@@ -114,13 +114,19 @@ func WithLimits(limits ...tierlimit.Limit) Option {
 // One Limiter, with its one cache, goroutines and heartbeat, serves keys
 // of any number of limits.
 //
-// f is asked when a key claims a lease, not on every decision: a changed
-// answer (a plan upgrade) applies within one lease TTL, on every instance,
-// and the key keeps its state in Redis, its tokens capped at the new
-// Burst. Lease bounds (WithLeaseBounds) are capped at each limit's Burst;
-// the fallback holds a key to its own limit's share, unless
-// WithFallbackLimit sets one for every key. A limit f returns that is not
-// valid makes the call return an error wrapping tierlimit.ErrInvalidLimit.
+// f is asked at most once per key per lease TTL, on every path (AllowN,
+// AllowAll, WaitN, Settle, and the background refills of hot keys): the
+// key's entry holds the answer meanwhile, so a slow f costs only the calls
+// that ask it. A changed answer (a plan upgrade) applies within one lease
+// TTL, on every instance, and the key keeps its state in Redis, its tokens
+// capped at the new Burst. Lease bounds (WithLeaseBounds) are capped at
+// each limit's Burst; the fallback holds a key to its own limit's share,
+// unless WithFallbackLimit sets one for every key. A limit f returns that
+// is not valid makes the call that asked return an error wrapping
+// tierlimit.ErrInvalidLimit. f runs under no lock of the limiter: a panic
+// in f reaches the caller whose call asked, and the limiter stays usable;
+// a panic or an invalid answer in a background refill stops the key's
+// refills until a call asks again.
 func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {

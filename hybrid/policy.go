@@ -79,10 +79,10 @@ type policies struct {
 	byLimit map[tierlimit.Limit]*policy
 }
 
-// checkPolicy returns key's policy, having checked that a cost of n fits
-// its limit (tierlimit.ErrInvalidCost).
+// checkPolicy returns key's policy (see policyFor), having checked that a
+// cost of n fits its limit (tierlimit.ErrInvalidCost).
 func (l *Limiter) checkPolicy(key string, n int64) (*policy, error) {
-	p, err := l.policyOf(key)
+	p, err := l.policyFor(key)
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +90,72 @@ func (l *Limiter) checkPolicy(key string, n int64) (*policy, error) {
 		return nil, fmt.Errorf("%w: hybrid: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
 	}
 	return p, nil
+}
+
+// policyFor returns key's policy, asking the LimitFunc at most once per
+// lease TTL for a key the limiter follows: its entry holds the answer
+// until it is a lease TTL old, on every path (claims, AllowAll, Settle,
+// WaitN). A key without an entry asks at once; the claim that follows
+// makes its entry. No lock is held while the LimitFunc runs: a panic
+// reaches the caller and leaves the limiter as it was.
+func (l *Limiter) policyFor(key string) (*policy, error) {
+	if l.cfg.limitFunc == nil {
+		return l.def, nil
+	}
+	e, ok := l.lookup(key)
+	if !ok {
+		e, ok = l.keys.droppedFor(key)
+	}
+	now := l.now()
+	if ok && l.fresh(e, now) {
+		return e.policy(), nil
+	}
+	p, err := l.policyOf(key)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		l.asked(e, p, now)
+	}
+	return p, nil
+}
+
+// fresh reports whether the LimitFunc's answer e holds is less than a
+// lease TTL old at now.
+func (l *Limiter) fresh(e *entry, now int64) bool {
+	return now-e.asked.Load() < int64(l.cfg.leaseTTL)
+}
+
+// asked records that the LimitFunc answered p for e's key at now.
+func (l *Limiter) asked(e *entry, p *policy, now int64) {
+	if e.policy() != p {
+		e.pol.Store(p)
+	}
+	e.asked.Store(now)
+}
+
+// reask asks the LimitFunc again for e's key if e's answer is a lease TTL
+// old, for a background refill, which holds no lock here: a hot key,
+// whose lease is refilled before it runs dry, follows a changed answer
+// within a lease TTL too. It reports whether e may be refilled: an answer
+// that is not a valid limit, or a panic of the LimitFunc, stops e's
+// background refills, and the next call that claims for the key asks
+// again and returns what the LimitFunc did.
+func (l *Limiter) reask(e *entry, now int64) (ok bool) {
+	if l.cfg.limitFunc == nil || l.fresh(e, now) {
+		return true
+	}
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	p, err := l.policyOf(e.key)
+	if err != nil {
+		return false
+	}
+	l.asked(e, p, now)
+	return true
 }
 
 // policyOf returns key's policy: its LimitFunc's answer, or the default.

@@ -86,7 +86,7 @@ func (l *Limiter) refillAll(batch []*entry) {
 	now := l.now()
 	var todo []*entry
 	for _, e := range batch {
-		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now {
+		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now && l.reask(e, now) {
 			todo = append(todo, e)
 		}
 	}

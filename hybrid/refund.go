@@ -2,7 +2,9 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -23,7 +25,7 @@ func (l *Limiter) janitor() {
 			return
 		case <-t.C:
 			entries := l.keys.holding()
-			_ = l.refundEntries(time.Unix(0, l.now()), false, entries)
+			_ = l.refund(l.collect(time.Unix(0, l.now()), false, entries), false)
 			l.chargeBack(entries)
 		}
 	}
@@ -32,18 +34,17 @@ func (l *Limiter) janitor() {
 // refundHeld gives back the tokens of every lease expired at now (all of
 // them when all is set), as refund does for the entries that hold tokens.
 func (l *Limiter) refundHeld(now time.Time, all bool) error {
-	return l.refundEntries(now, all, l.keys.holding())
+	return l.refund(l.collect(now, all, l.keys.holding()), all)
 }
 
-// refundEntries gives back the tokens of the leases of entries expired at
-// now (all of them when all is set, at Close: then even while the breaker
-// is open, as it is the last chance), and stops following the dropped
-// entries that hold no tokens.
+// collect takes back the tokens of the leases of entries expired at now
+// (all of them when all is set, at Close) and returns their refunds; it
+// stops following the dropped entries that hold no tokens.
 //
 // An entry's tokens are taken under its key lock, with the number of its
 // last claim, which the refund names: the bucket's ledger then ends the
 // entry's record unless a later claim wrote it.
-func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error {
+func (l *Limiter) collect(now time.Time, all bool, entries []*entry) []store.Refund {
 	refunds := make([]store.Refund, 0, len(entries))
 	for _, e := range entries {
 		if !all && e.expires.Load() > now.UnixNano() {
@@ -82,7 +83,7 @@ func (l *Limiter) refundEntries(now time.Time, all bool, entries []*entry) error
 			l.forget(e)
 		}
 	}
-	return l.refund(refunds, all)
+	return refunds
 }
 
 // chargeBack debits from Redis what fallback decisions admitted in an
@@ -234,14 +235,61 @@ func (l *Limiter) settleMarks(ctx context.Context, full, short []*entry, locked 
 	}
 }
 
-// refund sends refunds in pipelined batches, through the breaker unless
-// anyway is set; what fails is counted lost.
+// refund sends refunds (see send), through the breaker unless anyway is
+// set, and counts their tokens refunded or lost.
 func (l *Limiter) refund(refunds []store.Refund, anyway bool) error {
+	sent, lost, err := l.sendRefunds(refunds, anyway)
+	l.stats.refunded.Add(sent - lost)
+	l.stats.lost.Add(lost)
+	return err
+}
+
+// refundLast sends Close's refunds, even while the breaker holds calls
+// back (they are the last chance), and waits for them at most
+// closeRefund: their tokens are counted lost then, and moved to refunded
+// if their call succeeds later.
+func (l *Limiter) refundLast(refunds []store.Refund) error {
+	var (
+		mu          sync.Mutex
+		late, ended bool // Close gave up on the refunds; they ended
+		sent, lost  int64
+		err         error
+		outstanding int64
+	)
+	for _, r := range refunds {
+		outstanding += r.N
+	}
+	detach(context.Background(), closeRefund, func() {
+		s, f, e := l.sendRefunds(refunds, true)
+		mu.Lock()
+		defer mu.Unlock()
+		sent, lost, err, ended = s, f, e, true
+		if late {
+			// Counted lost when Close gave up on them.
+			l.stats.lost.Add(-(s - f))
+			l.stats.refunded.Add(s - f)
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !ended {
+		late = true
+		l.stats.lost.Add(outstanding)
+		return fmt.Errorf("hybrid: close: %d tokens not refunded within %v: %w", outstanding, closeRefund, context.DeadlineExceeded)
+	}
+	l.stats.refunded.Add(sent - lost)
+	l.stats.lost.Add(lost)
+	return err
+}
+
+// sendRefunds sends refunds in pipelined batches, through the breaker
+// unless anyway is set, and returns the tokens sent and those of the
+// refunds that failed.
+func (l *Limiter) sendRefunds(refunds []store.Refund, anyway bool) (sent, lost int64, err error) {
 	send := l.call
 	if anyway {
 		send = l.callAnyway
 	}
-	var firstErr error
 	for len(refunds) > 0 {
 		batch := refunds[:min(len(refunds), refundBatch)]
 		refunds = refunds[len(batch):]
@@ -249,7 +297,7 @@ func (l *Limiter) refund(refunds []store.Refund, anyway bool) error {
 		// the whole batch unless the call is made.
 		timeout := 4*l.cfg.callBudget + time.Second
 		failed := batch
-		ev, err := send("refund", timeout, func() error {
+		ev, callErr := send("refund", timeout, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			var err error
@@ -257,22 +305,19 @@ func (l *Limiter) refund(refunds []store.Refund, anyway bool) error {
 			return err
 		})
 		l.report(&ev)
-		var sent, lost int64
 		for _, r := range batch {
 			sent += r.N
 		}
+		// Tokens not refunded now are lost, never retried: by the time
+		// Redis answers again the bucket has refilled them anyway.
 		for _, f := range failed {
 			lost += f.N
 		}
-		// Tokens not refunded now are lost, never retried: by the time
-		// Redis answers again the bucket has refilled them anyway.
-		l.stats.refunded.Add(sent - lost)
-		l.stats.lost.Add(lost)
-		if err != nil && firstErr == nil {
-			firstErr = err
+		if callErr != nil && err == nil {
+			err = callErr
 		}
 	}
-	return firstErr
+	return sent, lost, err
 }
 
 // refundID returns an ID no other refund of the fleet has: go-redis may

@@ -5,6 +5,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
@@ -30,14 +31,19 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // difference is given back, never above the key's Burst; when used >
 // charged the difference is taken too, never below empty: the events
 // happened, so Settle never denies. Both must be between 0 and the key's
-// Burst (tierlimit.ErrInvalidCost).
+// Burst (tierlimit.ErrInvalidCost). charged is trusted: a give-back of
+// tokens that were never charged refills the key all the same, up to its
+// Burst.
 //
 // Settle gives back through the key's lease when the lease it was spent
 // from is still held (no Redis call), else to Redis (one call); it takes
 // from the lease what it holds, and what the lease lacks from Redis (one
-// call). A Redis fault never reaches the caller: what could not be given
-// back is counted in Stats.Lost, what could not be taken is charged when
-// Redis answers again, as the fallback's admissions are.
+// call). It waits for Redis at most the call budget (WithCallBudget): a
+// call still running then goes on after Settle returns, and its Result is
+// this instance's estimate. A Redis fault never reaches the caller: what
+// could not be given back is counted in Stats.Lost, what could not be
+// taken is charged when Redis answers again, as the fallback's admissions
+// are.
 func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	if err := l.check(ctx, key, 0); err != nil {
 		return tierlimit.Result{}, err
@@ -61,11 +67,17 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	case d > 0 && l.giveToLease(e, d):
 		return l.settled(e, tierlimit.SourceLocal), nil
 	case d > 0:
-		l.giveToRedis(e, d)
+		l.detachKey(ctx, h, l.cfg.callBudget, func() { l.giveToRedis(e, d) })
 	case d < 0:
 		// The lease first, then Redis for what it lacks.
 		rest := -d - l.takeUpTo(e, -d)
-		if rest == 0 || !l.takeFromRedis(ctx, e, rest) {
+		if rest == 0 {
+			return l.settled(e, tierlimit.SourceLocal), nil
+		}
+		var called atomic.Bool
+		called.Store(true) // until takeFromRedis says otherwise
+		l.detachKey(ctx, h, l.cfg.callBudget, func() { called.Store(l.takeFromRedis(ctx, e, rest)) })
+		if !called.Load() {
 			return l.settled(e, tierlimit.SourceLocal), nil
 		}
 	}
@@ -107,6 +119,18 @@ func (l *Limiter) giveToLease(e *entry, d int64) bool {
 	}
 }
 
+// cancelOwed cancels up to d tokens of what e owes Redis and returns how
+// many: a give-back of tokens that were never charged to the bucket.
+func cancelOwed(e *entry, d int64) int64 {
+	for {
+		o := e.owed.Load()
+		n := min(o, d)
+		if n <= 0 || e.owed.CompareAndSwap(o, o-n) {
+			return max(n, 0)
+		}
+	}
+}
+
 // takeUpTo takes up to d tokens from e's lease and returns how many.
 func (l *Limiter) takeUpTo(e *entry, d int64) int64 {
 	for {
@@ -129,6 +153,11 @@ func (l *Limiter) giveToRedis(e *entry, d int64) {
 	defer mu.Unlock()
 	if e.stale.Load() {
 		return // Reset refilled the bucket
+	}
+	// What the key owes Redis (admitted while Redis was away, or taken by
+	// a Settle that could not reach it) is cancelled first.
+	if d -= cancelOwed(e, d); d == 0 {
+		return
 	}
 	p := e.policy()
 	r := p.refund(e.key, d, l.refundID())
@@ -180,11 +209,8 @@ func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 	// events settled, may hold some of it too: debited all the same.
 	if extra := granted - d; extra > 0 {
 		l.stats.leased.Add(extra)
-		e.tokens.Add(extra)
+		l.land(e, extra)
 		granted = d
-		if e.evicted.Load() {
-			l.keys.keep(e) // after the Add: see table.forget
-		}
 	}
 	l.stats.leased.Add(granted) // spent by the events settled
 	e.remote.Store(res.Remaining)

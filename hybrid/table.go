@@ -22,7 +22,7 @@ type entry struct {
 	blockedUntil atomic.Int64           // ns: Redis cannot grant n tokens before then
 	remote       atomic.Int64           // Redis's Remaining at the last claim
 	lastSize     atomic.Int64           // tokens granted by the last claim
-	pol          atomic.Pointer[policy] // the key's limit, as of its last claim (WithLimitFunc)
+	pol          atomic.Pointer[policy] // the key's limit (WithLimitFunc), as the LimitFunc last answered
 
 	// Claims, refills and the janitor only.
 	holder     string                        // e's name in the bucket's lease ledger: unique in the fleet
@@ -34,6 +34,7 @@ type entry struct {
 	fb         atomic.Pointer[fallback]      // the key's bucket in the last outage (mode FailFallback)
 	owed       atomic.Int64                  // tokens fallbacks admitted that Redis was not yet charged
 	owedSince  atomic.Int64                  // ns: the first charge that left some owed (see paid), or 0
+	asked      atomic.Int64                  // ns: when the LimitFunc last answered for e's key (see policyFor)
 
 	_ [64]byte // keeps the group below off the lines above
 

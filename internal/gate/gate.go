@@ -37,6 +37,12 @@ func (g *Gate) Enter(h uint64) bool {
 	return true
 }
 
+// Join counts one more call inside for a caller that Enter let in and that
+// hands part of its work to another goroutine, which calls Exit with the
+// same h when done. It counts the call even once the gate is shut: the
+// caller is still inside, so Close has not seen the gate empty.
+func (g *Gate) Join(h uint64) { g.inside[h%stripes].n.Add(1) }
+
 // Exit ends a call that Enter let in.
 func (g *Gate) Exit(h uint64) { g.inside[h%stripes].n.Add(-1) }
 
@@ -46,14 +52,31 @@ func (g *Gate) Closed() bool { return g.closed.Load() }
 // Close turns later calls away and waits until none is inside. It reports
 // whether this call closed the gate (false if it was closed already).
 func (g *Gate) Close() bool {
-	if g.closed.Swap(true) {
-		return false
+	first := g.Shut()
+	g.Drain(-1)
+	return first
+}
+
+// Shut turns later calls away without waiting for those inside. It reports
+// whether this call closed the gate (false if it was closed already).
+func (g *Gate) Shut() bool { return !g.closed.Swap(true) }
+
+// Drain waits until no call is inside, for at most wait (a negative wait:
+// as long as it takes), and reports whether none is. Calls get in until
+// the gate is shut.
+func (g *Gate) Drain(wait time.Duration) bool {
+	var deadline time.Time
+	if wait >= 0 {
+		deadline = time.Now().Add(wait)
 	}
-	wait := time.Microsecond
+	pause := time.Microsecond
 	for i := range g.inside {
 		for g.inside[i].n.Load() != 0 {
-			time.Sleep(wait)
-			wait = min(2*wait, time.Millisecond)
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				return false
+			}
+			time.Sleep(pause)
+			pause = min(2*pause, time.Millisecond)
 		}
 	}
 	return true

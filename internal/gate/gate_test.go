@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestCloseWaitsForCallsInside: once Close returns, no call is inside and
@@ -49,5 +50,37 @@ func TestCloseWaitsForCallsInside(t *testing.T) {
 		if g.Close() {
 			t.Fatalf("round %d: a second Close = true, want false", round)
 		}
+	}
+}
+
+// TestDrainGivesUp: Drain returns false once its wait has passed while a
+// call is still inside, and true once the call has left.
+func TestDrainGivesUp(t *testing.T) {
+	var g Gate
+	if !g.Enter(3) {
+		t.Fatal("Enter on an open gate = false, want true")
+	}
+	if !g.Shut() {
+		t.Fatal("the first Shut = false, want true")
+	}
+	if g.Shut() {
+		t.Fatal("a second Shut = true, want false")
+	}
+	start := time.Now()
+	if g.Drain(20 * time.Millisecond) {
+		t.Fatal("Drain with a call inside = true, want false")
+	}
+	if took := time.Since(start); took < 20*time.Millisecond || took > 2*time.Second {
+		t.Errorf("Drain(20ms) took %v, want 20ms or a little more", took)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		g.Exit(3)
+	}()
+	if !g.Drain(-1) {
+		t.Error("Drain(-1) after the call left = false, want true")
+	}
+	if !g.Drain(0) {
+		t.Error("Drain(0) with nothing inside = false, want true")
 	}
 }

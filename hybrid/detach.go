@@ -1,0 +1,62 @@
+package hybrid
+
+// Bookkeeping with Redis that no caller waits for longer than a bound:
+// Settle's give-backs and takes, Reset, and Close's last refunds (G4).
+
+import (
+	"context"
+	"time"
+)
+
+// detach runs f on a goroutine of its own and waits for it until wait has
+// passed or ctx has ended; it reports whether f finished. f goes on after
+// that and lands what it does for later callers: with a client that does
+// not honour context deadlines, a call to a stalled Redis lasts the
+// client's ReadTimeout (3 s by default), and a key lock may be held that
+// long by a claim in flight, neither of which a caller should wait.
+func detach(ctx context.Context, wait time.Duration, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// detachKey is detach for work on the key of hash h by a caller inside the
+// table's gate: the work stays counted inside it, so that Close waits for
+// it as for a call in flight, and closes ristretto only after it.
+func (l *Limiter) detachKey(ctx context.Context, h uint64, wait time.Duration, f func()) bool {
+	l.keys.gate.Join(h)
+	return detach(ctx, wait, func() {
+		defer l.keys.exit(h)
+		f()
+	})
+}
+
+// answerWait is how long a caller waits for Redis when it needs the
+// answer (Reset): as long as a call may be in flight before it counts as
+// failed (latency.stall), at most maxAnswerWait.
+func (l *Limiter) answerWait() time.Duration {
+	return min(l.rtt.stall(l.cfg.callBudget), maxAnswerWait)
+}
+
+// maxAnswerWait bounds answerWait.
+const maxAnswerWait = 500 * time.Millisecond
+
+// closeDrain is how long Close waits for the calls in flight and the
+// background goroutines before it takes the leases' tokens back, and
+// closeRefund how long it then waits for its refunds: Close returns within
+// their sum, whatever the calls in flight and the client's timeouts.
+const (
+	closeDrain  = 400 * time.Millisecond
+	closeRefund = time.Second
+)

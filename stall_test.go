@@ -1,0 +1,271 @@
+package tierlimit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/httplimit"
+	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/remote"
+)
+
+// stallFaults are the stalls of a Redis that keeps its state: every
+// command held back (CLIENT PAUSE ALL) and the process stopped (SIGSTOP),
+// each for stallFor; begin returns what ends the fault.
+var stallFaults = []struct {
+	name  string
+	begin func(t *testing.T, s *redistest.Server) (end func())
+}{
+	{"client pause all", func(t *testing.T, s *redistest.Server) func() {
+		if err := s.Client(t).Do(context.Background(), "CLIENT", "PAUSE", stallFor.Milliseconds(), "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		return func() {} // the pause ends by itself
+	}},
+	{"sigstop", func(t *testing.T, s *redistest.Server) func() {
+		s.Pause()
+		return s.Resume
+	}},
+}
+
+const stallFor = 3 * time.Second
+
+// defaultClient returns go-redis's default client for s: no
+// ContextTimeoutEnabled, so a call to a stalled Redis lasts its 3 s
+// ReadTimeout, as most users build it.
+func defaultClient(t *testing.T, s *redistest.Server) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// TestStalledRedisBoundsEveryMethod is G4 for the methods around AllowN,
+// with default options and go-redis's default client beside a busy loop:
+// while Redis is stalled, a Settle that gives back past the lease or takes
+// what the lease lacks returns within 150 ms, Reset within 1 s, and Close,
+// with such calls in flight, within 1.5 s; no Settle returns an error. After
+// Redis returns, its bucket holds exactly what one bucket would after the
+// caller's admissions and settlements, less the tokens Stats counts lost:
+// nothing minted, nothing lost that Stats does not say.
+func TestStalledRedisBoundsEveryMethod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stalls Redis twice for 3 s")
+	}
+	const (
+		settleBound = 150 * time.Millisecond
+		resetBound  = time.Second
+		closeBound  = 1500 * time.Millisecond
+	)
+	for _, f := range stallFaults {
+		t.Run(f.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := defaultClient(t, s)
+			// A daily quota: no refill to speak of in the test's seconds, so
+			// that the bucket's level is exact.
+			limit := tierlimit.PerDay(1000)
+			lim, err := hybrid.New(rdb, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closer, err := hybrid.New(rdb, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			var used int64 // what the caller used of key k, as one bucket counts it
+			admit := func(key string, n int64) {
+				t.Helper()
+				r, err := lim.AllowN(ctx, key, n)
+				if err != nil {
+					t.Fatalf("AllowN(%q, %d) = %v", key, n, err)
+				}
+				if r.Allowed && key == "k" {
+					used += n
+				}
+			}
+			// Two leases of 100 (the largest the default bounds give a
+			// burst of 1000): a give-back of 150 is past the lease.
+			admit("k", 100)
+			admit("k", 100)
+			admit("r", 1)
+			if r, err := closer.AllowN(ctx, "c", 5); err != nil || !r.Allowed {
+				t.Fatalf("AllowN on the second limiter = %+v, %v", r, err)
+			}
+			stop := busyLoop(true)
+			defer stop()
+
+			end := f.begin(t, s)
+			faultEnd := time.Now().Add(stallFor)
+			// Reset as the stall begins (the breaker closed: Reset waits
+			// for Redis) and once the breaker has opened (it does not).
+			start := time.Now()
+			resetErr := lim.Reset(ctx, "r")
+			resetTook := time.Since(start)
+			var worstGive, worstTake time.Duration
+			settles := 0
+			for time.Until(faultEnd) > stallFor/3 {
+				start := time.Now()
+				if _, err := lim.Settle(ctx, "k", 150, 0); err != nil {
+					t.Errorf("Settle(k, 150, 0) in the stall = %v, want no error", err)
+				}
+				worstGive = max(worstGive, time.Since(start))
+				used -= 150
+				start = time.Now()
+				if _, err := lim.Settle(ctx, "k", 0, 150); err != nil {
+					t.Errorf("Settle(k, 0, 150) in the stall = %v, want no error", err)
+				}
+				worstTake = max(worstTake, time.Since(start))
+				used += 150
+				settles++
+				time.Sleep(50 * time.Millisecond)
+			}
+			start = time.Now()
+			lateResetErr := lim.Reset(ctx, "r")
+			lateResetTook := time.Since(start)
+
+			// Close the second limiter with calls of every kind in flight.
+			var callers sync.WaitGroup
+			calls := []func(){
+				func() { _, _ = closer.Settle(ctx, "c", 150, 0) },
+				func() { _, _ = closer.Settle(ctx, "c", 0, 150) },
+				func() { _ = closer.Reset(ctx, "c") },
+				func() { _, _ = closer.AllowN(ctx, "c2", 1) },
+				func() { _, _ = closer.AllowAll(ctx, tierlimit.Take{Key: "c", N: 1}, tierlimit.Take{Key: "c3", N: 1}) },
+			}
+			callersDone := make(chan struct{})
+			for _, call := range calls {
+				callers.Add(1)
+				go func() {
+					defer callers.Done()
+					call()
+				}()
+			}
+			go func() {
+				callers.Wait()
+				close(callersDone)
+			}()
+			time.Sleep(10 * time.Millisecond) // the calls are under way
+			start = time.Now()
+			closeErr := closer.Close()
+			closeTook := time.Since(start)
+			select {
+			case <-callersDone:
+			case <-time.After(closeBound):
+				t.Errorf("G6: calls in flight at Close still blocked %v after it returned", closeBound)
+			}
+
+			time.Sleep(time.Until(faultEnd))
+			end()
+			t.Logf("in the stall: %d settle pairs, worst give-back %v, worst take %v; Reset took %v (%v), then %v (%v); Close took %v (%v)",
+				settles, worstGive, worstTake, resetTook, resetErr, lateResetTook, lateResetErr, closeTook, closeErr)
+			if worstGive > settleBound || worstTake > settleBound {
+				t.Errorf("G4: the worst Settle took %v (give-back) and %v (take), want at most %v", worstGive, worstTake, settleBound)
+			}
+			if resetTook > resetBound || lateResetTook > resetBound {
+				t.Errorf("G4: Reset took %v and %v in the stall, want at most %v", resetTook, lateResetTook, resetBound)
+			}
+			if closeTook > closeBound {
+				t.Errorf("G4: Close took %v with calls in flight, want at most %v", closeTook, closeBound)
+			}
+
+			// Redis is back: the limiter charges what it owes (its claims
+			// pay debts first, the janitor charges them), then closes.
+			until := time.Now().Add(2 * time.Second)
+			for time.Now().Before(until) {
+				admit("k", 1)
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := lim.Close(); err != nil {
+				t.Errorf("Close after the stall = %v", err)
+			}
+			st := lim.Stats()
+			check, err := remote.NewTokenBucket(rdb, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := check.AllowN(ctx, "k", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := limit.Capacity() - used - st.Lost
+			t.Logf("Redis holds %d of k; the caller used %d, Stats: %d lost, %d charged back, %d refunded of %d leased",
+				r.Remaining, used, st.Lost, st.ChargedBack, st.Refunded, st.Leased)
+			if r.Remaining != want {
+				t.Errorf("G1/G5: Redis holds %d of k after the stall, want %d (capacity %d - %d used - %d lost)",
+					r.Remaining, want, limit.Capacity(), used, st.Lost)
+			}
+		})
+	}
+}
+
+// TestStalledRedisHTTP: httplimit over two hybrid limiters, the second of
+// which denies, so that every request's charge goes back to the first
+// (Settle): while Redis is stalled no request waits longer than 150 ms.
+func TestStalledRedisHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stalls Redis twice for 3 s")
+	}
+	const bound = 150 * time.Millisecond
+	for _, f := range stallFaults {
+		t.Run(f.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := defaultClient(t, s)
+			first, err := hybrid.New(rdb, tierlimit.PerSecond(1000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Close()
+			second, err := hybrid.New(rdb, tierlimit.PerDay(1), hybrid.WithPrefix("second:"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer second.Close()
+			mw, err := httplimit.New(first, httplimit.WithKey(httplimit.KeyHeader("X-User")),
+				httplimit.WithLimiter("daily", second, httplimit.KeyHeader("X-User")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+			serve := func() (int, time.Duration) {
+				req := httptest.NewRequest(http.MethodGet, "/", nil)
+				req.Header.Set("X-User", "u")
+				rec := httptest.NewRecorder()
+				start := time.Now()
+				h.ServeHTTP(rec, req)
+				return rec.Code, time.Since(start)
+			}
+			// The daily limit's one request, then its denials.
+			for range 3 {
+				serve()
+			}
+			stop := busyLoop(true)
+			defer stop()
+			end := f.begin(t, s)
+			faultEnd := time.Now().Add(stallFor)
+			var worst time.Duration
+			codes := map[int]int{}
+			for time.Until(faultEnd) > 200*time.Millisecond {
+				code, took := serve()
+				codes[code]++
+				worst = max(worst, took)
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(time.Until(faultEnd))
+			end()
+			t.Logf("in the stall: responses %v, worst request %v", codes, worst)
+			if worst > bound {
+				t.Errorf("G4: the worst request took %v in the stall, want at most %v", worst, bound)
+			}
+			if codes[http.StatusOK] != 0 {
+				t.Errorf("%d requests got 200 in the stall, want every one refused by the daily limit", codes[http.StatusOK])
+			}
+		})
+	}
+}
