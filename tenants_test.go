@@ -178,8 +178,24 @@ func TestPlanChange(t *testing.T) {
 				t.Fatalf("AllowN(100) of a fresh key = %+v, %v", r, err)
 			}
 			pro.Store(true)
-			// hybrid applies the new limit at the key's next claim: the
-			// drained key claims at once.
+			// local and remote apply the new limit at once; hybrid within a
+			// lease TTL (it asks the LimitFunc at most once per key per lease
+			// TTL). Until then the key stays drained at the old rate.
+			upgraded := time.Now()
+			for {
+				r, err := l.AllowN(ctx, key, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Limit == tierlimit.PerSecond(1000) {
+					break
+				}
+				if time.Since(upgraded) > 2*hybrid.DefaultLeaseTTL {
+					t.Fatalf("the old limit still applies %v after the upgrade: %+v", time.Since(upgraded), r)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			t.Logf("the new limit applied %v after the upgrade", time.Since(upgraded))
 			changed := time.Now()
 			var first int64
 			for time.Since(changed) < 50*time.Millisecond {

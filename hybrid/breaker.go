@@ -32,7 +32,7 @@ type breaker struct {
 	changes chan tierlimit.BreakerChange
 }
 
-func newBreaker(threshold uint32, probe time.Duration, observed bool) *breaker {
+func newBreaker(threshold uint32, probe time.Duration, observed bool, misconfigured func(error) bool) *breaker {
 	b := &breaker{}
 	if observed {
 		b.changes = make(chan tierlimit.BreakerChange, 64)
@@ -45,15 +45,12 @@ func newBreaker(threshold uint32, probe time.Duration, observed bool) *breaker {
 			return c.ConsecutiveFailures >= threshold
 		},
 		OnStateChange: b.changed,
-		IsExcluded:    excluded,
+		// A misconfiguration is not an outage, and a slow call while
+		// Redis answers is neither a success nor a failure.
+		IsExcluded: func(err error) bool { return err == errSlow || misconfigured(err) },
 	})
 	return b
 }
-
-// excluded reports whether a call's outcome err counts neither as a success
-// nor as a failure: a misconfiguration is not an outage, and a slow call
-// while Redis answers is neither.
-func excluded(err error) bool { return err == errSlow || tierlimit.Misconfigured(err) }
 
 // changed is gobreaker's OnStateChange; it runs under gobreaker's lock.
 func (b *breaker) changed(_ string, from, to gobreaker.State) {
@@ -278,7 +275,7 @@ func (l *Limiter) learn(err error) {
 		if l.misconfig.Load() != nil {
 			l.misconfig.Store(nil)
 		}
-	case tierlimit.Misconfigured(err):
+	case l.bucket.Misconfigured(err):
 		err = fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 		l.misconfig.Store(&err)
 	}

@@ -132,7 +132,7 @@ func (l *Limiter) shared(ctx context.Context, key string, h uint64, p *policy, n
 		return r.Val.(*entry), nil
 	case r.Err == tierlimit.ErrClosed:
 		return nil, r.Err
-	case tierlimit.Misconfigured(r.Err):
+	case l.bucket.Misconfigured(r.Err):
 		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, r.Err)
 	}
 	return nil, errMissed
@@ -263,7 +263,7 @@ func (l *Limiter) replied(e *entry, c store.Claim, err error) {
 		return
 	case err == nil:
 		e.orphan.Store(0)
-	case errors.As(err, &reply) || tierlimit.Misconfigured(err):
+	case errors.As(err, &reply) || l.bucket.Misconfigured(err):
 	case e.orphan.Load() == 0:
 		e.orphan.Store(c.Gen)
 	}

@@ -172,7 +172,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if o := cfg.observer; o != nil {
 		l.onDecision, l.onCall, onBreaker = o.Decision, o.RedisCall, o.Breaker
 	}
-	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil)
+	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil, bucket.Misconfigured)
 	l.keys, err = newTable(cfg.maxKeys)
 	if err != nil {
 		return nil, invalid("cache: %v", err)
@@ -181,7 +181,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	// start and finds a misconfigured client (wrong password, missing ACL
 	// permission) before any decision. Redis down is no error: New then
 	// waits at most the call budget.
-	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); tierlimit.Misconfigured(err) {
+	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); l.bucket.Misconfigured(err) {
 		l.keys.release()
 		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	} else if err == nil {

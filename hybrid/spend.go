@@ -106,7 +106,7 @@ func (l *Limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Re
 	})
 	l.report(&ev)
 	switch {
-	case tierlimit.Misconfigured(err):
+	case l.bucket.Misconfigured(err):
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	case err != nil:
 		return l.fall(ctx, key, p, 0)

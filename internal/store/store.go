@@ -9,8 +9,10 @@ package store
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -164,10 +166,26 @@ func (l *Limiter) checkEviction() {
 	}()
 }
 
+// Misconfigured is tierlimit.Misconfigured for the server behind l: an OOM
+// reply of a server whose maxmemory-policy evicts keys (see
+// tierlimit.EvictionRisk.Risky) is memory pressure that passes as Redis
+// evicts, not a misconfiguration; under noeviction, or an unknown policy,
+// it is one.
+func (l *Limiter) Misconfigured(err error) bool {
+	if !tierlimit.Misconfigured(err) {
+		return false
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "OOM ") && !errors.Is(err, tierlimit.ErrMisconfigured) {
+		return !l.Eviction().Risky()
+	}
+	return true
+}
+
 // redisErr wraps an error of a Redis call made for op: with
 // tierlimit.ErrMisconfigured too when Redis refuses the limiter's commands.
 func (l *Limiter) redisErr(op string, err error) error {
-	if tierlimit.Misconfigured(err) {
+	if l.Misconfigured(err) {
 		return fmt.Errorf("remote: %s: %w: %w", op, tierlimit.ErrMisconfigured, err)
 	}
 	return fmt.Errorf("remote: %s: %w", op, err)
