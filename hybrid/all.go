@@ -56,6 +56,11 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			return tierlimit.Result{}, err
 		}
 	}
+	for _, p := range pols {
+		if p.blocked { // a barred key denies the whole call
+			return l.record(p, barred(), 0), nil
+		}
+	}
 	entries := make([]*entry, len(takes))
 	expiry, stop := l.expiry()
 	defer stop()

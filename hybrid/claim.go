@@ -28,7 +28,10 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
-	if n == 0 {
+	switch {
+	case p.blocked:
+		return l.record(p, barred(), 0), nil
+	case n == 0:
 		return l.peek(ctx, key, p)
 	}
 	if l.brk.open() {

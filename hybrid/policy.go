@@ -4,6 +4,7 @@ package hybrid
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"time"
@@ -23,7 +24,22 @@ type policy struct {
 	counts             *policyCounts   // decisions under a key's own limit (Stats.Limits); nil for the default's
 	base               tierlimit.Limit // what the fallback shares: limit, or with WithLimits the tightest
 	one, full          time.Duration   // limit.RefillTime of 1 and of capacity: a saturated key's denial
+	blocked            bool            // the LimitFunc's tierlimit.Blocked: every call is denied (barred)
 }
+
+// barredPolicy is the policy of keys whose LimitFunc answer is
+// tierlimit.Blocked. Nothing is ever claimed, refunded or counted under
+// it: an entry of a barred key keeps its last limit's policy (its lease
+// goes back under it) and is marked barred.
+var barredPolicy = &policy{limit: tierlimit.Blocked, blocked: true}
+
+// barred is the denial of every call of a barred key.
+func barred() tierlimit.Result {
+	return tierlimit.Result{Limit: tierlimit.Blocked, Source: tierlimit.SourceBlocked}
+}
+
+// bar is blockedUntil's value for an entry whose key is barred.
+const bar = math.MaxInt64
 
 // refillTime is p.limit.RefillTime(n), without a 128-bit division in the
 // cases a denial of a saturated key asks for.
@@ -86,7 +102,7 @@ func (l *Limiter) checkPolicy(key string, n int64) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p != l.def && (n < 0 || n > p.capacity) {
+	if p != l.def && !p.blocked && (n < 0 || n > p.capacity) {
 		return nil, fmt.Errorf("%w: hybrid: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
 	}
 	return p, nil
@@ -108,6 +124,9 @@ func (l *Limiter) policyFor(key string) (*policy, error) {
 	}
 	now := l.now()
 	if ok && l.fresh(e, now) {
+		if e.blockedUntil.Load() == bar {
+			return barredPolicy, nil
+		}
 		return e.policy(), nil
 	}
 	p, err := l.policyOf(key)
@@ -126,9 +145,18 @@ func (l *Limiter) fresh(e *entry, now int64) bool {
 	return now-e.asked.Load() < int64(l.cfg.leaseTTL)
 }
 
-// asked records that the LimitFunc answered p for e's key at now.
+// asked records that the LimitFunc answered p for e's key at now. A
+// barred key's entry stops spending and its lease expires now: the
+// janitor's next round gives it back.
 func (l *Limiter) asked(e *entry, p *policy, now int64) {
-	if e.policy() != p {
+	switch {
+	case p.blocked:
+		e.blockedUntil.Store(bar)
+		e.expires.Store(0)
+	case e.blockedUntil.Load() == bar:
+		e.blockedUntil.Store(0)
+		fallthrough
+	case e.policy() != p:
 		e.pol.Store(p)
 	}
 	e.asked.Store(now)
@@ -155,7 +183,23 @@ func (l *Limiter) reask(e *entry, now int64) (ok bool) {
 		return false
 	}
 	l.asked(e, p, now)
-	return true
+	return !p.blocked
+}
+
+// LimitFor returns key's limit: the LimitFunc's answer (WithLimitFunc),
+// tierlimit.Blocked for a key it blocks, or the default. For a key the
+// limiter follows it asks the LimitFunc at most once per lease TTL, as
+// decisions do. Its error wraps tierlimit.ErrInvalidKey for a bad key and
+// tierlimit.ErrInvalidLimit for an answer that is not a valid limit.
+func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return tierlimit.Limit{}, err
+	}
+	p, err := l.policyFor(key)
+	if err != nil {
+		return tierlimit.Limit{}, err
+	}
+	return p.limit, nil
 }
 
 // policyOf returns key's policy: its LimitFunc's answer, or the default.
@@ -166,8 +210,11 @@ func (l *Limiter) policyOf(key string) (*policy, error) {
 		return l.def, nil
 	}
 	limit := l.cfg.limitFunc(key)
-	if limit == (tierlimit.Limit{}) || limit == l.def.limit {
+	switch limit {
+	case tierlimit.Limit{}, l.def.limit:
 		return l.def, nil
+	case tierlimit.Blocked:
+		return barredPolicy, nil
 	}
 	ps := &l.pols
 	ps.mu.RLock()

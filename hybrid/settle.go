@@ -52,6 +52,9 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
+	if p.blocked {
+		return barred(), nil // nothing to correct: the key takes nothing
+	}
 	capacity := p.capacity
 	if charged < 0 || used < 0 || charged > capacity || used > capacity {
 		return tierlimit.Result{}, fmt.Errorf("%w: hybrid: settle of %d charged, %d used: each must be between 0 and %d",

@@ -39,8 +39,16 @@ func (l *Limiter) spent(e *entry, n, left int64) {
 	}
 }
 
-// spend takes n tokens from e's lease if it holds them.
+// spend takes n tokens from e's lease if it holds them. A barred key's
+// lease is not spent (see asked): the call is denied, until the answer
+// that barred it is a lease TTL old and a claim asks again.
 func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+	if e.blockedUntil.Load() == bar {
+		if !l.fresh(e, l.now()) {
+			return tierlimit.Result{}, false
+		}
+		return l.record(barredPolicy, barred(), e.stripe), true
+	}
 	left, ok := e.take(n)
 	if !ok {
 		return tierlimit.Result{}, false
@@ -66,7 +74,7 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 // n tokens for e's key.
 func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
 	until := e.blockedUntil.Load()
-	if until == 0 || n == 0 {
+	if until == 0 || until == bar || n == 0 { // a barred key: see spend
 		return tierlimit.Result{}, false
 	}
 	now := l.now()

@@ -48,7 +48,8 @@ type waiter struct {
 // Result, or try's error. It returns tierlimit.ErrWaitDeadline at once
 // when the caller cannot be served before ctx's deadline: its own try
 // retries after it (N then returns the denying Result), or the head of
-// the line it waits in does. It returns ctx's error when ctx ends first,
+// the line it waits in does; and when try denies with the limit
+// tierlimit.Blocked, whose wait has no end. It returns ctx's error when ctx ends first,
 // and tierlimit.ErrClosed after Close.
 //
 // A caller whose ctx has ended is not tried: a try may charge.
@@ -97,6 +98,10 @@ func (ls *Lines) head(ctx context.Context, key string, ln *line, done <-chan str
 		res, err := try()
 		if err != nil || res.Allowed {
 			return res, err
+		}
+		if res.Limit == tierlimit.Blocked {
+			// No wait ends: the key opens only when its LimitFunc says so.
+			return res, fmt.Errorf("%w: key %q is blocked", tierlimit.ErrWaitDeadline, key)
 		}
 		pause := max(res.RetryAfter, minPause)
 		next := time.Now().Add(pause)
