@@ -316,3 +316,40 @@ func TestMisconfiguredAtRunTime(t *testing.T) {
 		})
 	}
 }
+
+// TestWrongTopologyIsMisconfigured: a client of the wrong kind for the
+// server, on every tier that uses Redis, is ErrMisconfigured from New, not
+// an outage that a fallback decides forever: a client for one server
+// pointed at a node of a 3-master Redis Cluster (every key on another node
+// would get MOVED), and a Cluster client pointed at a standalone server.
+func TestWrongTopologyIsMisconfigured(t *testing.T) {
+	ctx := context.Background()
+	cluster := redistest.StartCluster(t)
+	single := redistest.Start(t)
+	setups := []struct {
+		name string
+		rdb  func() redis.UniversalClient
+	}{
+		{"plain client on a cluster node", func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: cluster.Addrs[1]})
+		}},
+		{"cluster client on a standalone server", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{single.Addr}})
+		}},
+	}
+	for _, s := range setups {
+		for _, tier := range redisTiers() {
+			t.Run(s.name+"/"+tier.name, func(t *testing.T) {
+				rdb := s.rdb()
+				defer rdb.Close()
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				res, err := tier.first(cctx, rdb)
+				if !errors.Is(err, tierlimit.ErrMisconfigured) {
+					t.Fatalf("New, then Allow = %+v, %v; want an error wrapping ErrMisconfigured", res, err)
+				}
+				t.Logf("%v", err)
+			})
+		}
+	}
+}

@@ -30,7 +30,10 @@ const retry = 5 * time.Second
 // services allow where they refuse CONFIG). The first risky server
 // decides; evicted keys are added up. A server that refuses INFO, or does
 // not report its policy, makes the risk unknown (Err set). The error is
-// non-nil only when a server could not be reached: then nothing is known.
+// non-nil only when a server could not be reached (then nothing is known),
+// or when the client's kind does not fit the server (a plain client on a
+// Cluster node, a Cluster client on a standalone server): then it wraps
+// tierlimit.ErrMisconfigured.
 func Read(ctx context.Context, rdb redis.UniversalClient) (tierlimit.EvictionRisk, error) {
 	var (
 		mu       sync.Mutex
@@ -50,11 +53,20 @@ func Read(ctx context.Context, rdb redis.UniversalClient) (tierlimit.EvictionRis
 	case *redis.Ring:
 		err = c.ForEachShard(ctx, read)
 	default:
+		cmd := rdb.Info(ctx)
+		if strings.Contains(cmd.Val(), "cluster_enabled:1") {
+			return tierlimit.EvictionRisk{}, fmt.Errorf("%w: a client for one server on a node of a Redis Cluster "+
+				"(every key on another node would get MOVED): use redis.NewClusterClient", tierlimit.ErrMisconfigured)
+		}
 		var r tierlimit.EvictionRisk
-		r, err = readInfo(rdb.Info(ctx))
+		r, err = readInfo(cmd)
 		readings = append(readings, r)
 	}
 	if err != nil {
+		if strings.Contains(err.Error(), "cluster support disabled") {
+			return tierlimit.EvictionRisk{}, fmt.Errorf("%w: a Redis Cluster client on a server that is not in a cluster: "+
+				"use redis.NewClient (%w)", tierlimit.ErrMisconfigured, err)
+		}
 		return tierlimit.EvictionRisk{}, err
 	}
 	return merge(readings), nil
@@ -172,6 +184,10 @@ func (w *Watch) Done() { w.polled.Store(false) }
 // Check reads the settings now and reports them if they changed.
 func (w *Watch) Check(ctx context.Context) tierlimit.EvictionRisk {
 	r, err := Read(ctx, w.rdb)
+	if errors.Is(err, tierlimit.ErrMisconfigured) {
+		// Not a reading: the caller refuses the client (see store.New).
+		return tierlimit.EvictionRisk{Err: err}
+	}
 	if err != nil {
 		w.next.Store(time.Now().Add(retry).UnixNano())
 		// A Redis that did not answer says nothing of its settings: the

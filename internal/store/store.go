@@ -80,7 +80,9 @@ func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg C
 	l.watch = evict.NewWatch(rdb, onEviction)
 	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
 	defer cancel()
-	l.watch.Check(ctx)
+	if r := l.watch.Check(ctx); errors.Is(r.Err, tierlimit.ErrMisconfigured) {
+		return nil, fmt.Errorf("remote: %w", r.Err)
+	}
 	return l, nil
 }
 
@@ -172,6 +174,9 @@ func (l *Limiter) checkEviction() {
 // evicts, not a misconfiguration; under noeviction, or an unknown policy,
 // it is one.
 func (l *Limiter) Misconfigured(err error) bool {
+	if l.wrongTopology(err) {
+		return true
+	}
 	if !tierlimit.Misconfigured(err) {
 		return false
 	}
@@ -180,6 +185,28 @@ func (l *Limiter) Misconfigured(err error) bool {
 		return !l.Eviction().Risky()
 	}
 	return true
+}
+
+// wrongTopology reports whether err is a reply that a client of another
+// kind would not get: a redirection (MOVED, ASK) or CROSSSLOT to a client
+// that is not a Cluster client (it is on a Cluster node), or "cluster
+// support disabled" to a Cluster client (on a standalone server). A
+// Cluster client follows redirections itself.
+func (l *Limiter) wrongTopology(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := reply.Error()
+	if _, cluster := l.rdb.(*redis.ClusterClient); cluster {
+		return strings.Contains(msg, "cluster support disabled")
+	}
+	for _, p := range []string{"MOVED ", "ASK ", "CROSSSLOT "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // redisErr wraps an error of a Redis call made for op: with
