@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -267,5 +268,56 @@ func TestStalledRedisHTTP(t *testing.T) {
 				t.Errorf("%d requests got 200 in the stall, want every one refused by the daily limit", codes[http.StatusOK])
 			}
 		})
+	}
+}
+
+// TestForgottenClose: hybrid limiters dropped without Close (a newcomer
+// builds one per request) are closed when the garbage collector finds
+// them: their goroutines end, they leave the fleet (a new limiter counts
+// itself alone, so its fallback keeps the whole limit), and their leases go
+// back to Redis.
+func TestForgottenClose(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t)
+	ctx := context.Background()
+	limit := tierlimit.PerHour(1000)
+	base := runtime.NumGoroutine()
+	func() {
+		for range 20 {
+			l, err := hybrid.New(rdb, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
+				t.Fatalf("Allow = %+v, %v", r, err)
+			}
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base+2 && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base+2 {
+		t.Fatalf("%d goroutines 10 s after 20 limiters were dropped, want about %d as before them", n, base)
+	}
+	l, err := hybrid.New(rdb, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.Stats().Instances; got != 1 {
+		t.Errorf("a new limiter counts %d instances, want 1: the dropped ones left the fleet", got)
+	}
+	check, err := remote.NewTokenBucket(rdb, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := check.AllowN(ctx, "k", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := limit.Capacity() - 20; r.Remaining != want {
+		t.Errorf("Redis holds %d of k after 20 admissions by dropped limiters, want %d: their leases went back", r.Remaining, want)
 	}
 }

@@ -42,7 +42,7 @@ func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 	return res, err
 }
 
-func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlimit.Result, error) {
+func (l *limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlimit.Result, error) {
 	takes, err := tierlimit.MergeTakes(takes)
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
@@ -108,7 +108,7 @@ func (l *Limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 
 // spendAll takes every take from its entry's lease, or none: a lease that
 // lacks its part gives the parts taken before it back.
-func (l *Limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.Result, bool) {
+func (l *limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.Result, bool) {
 	for i, t := range takes {
 		ok := entries[i] != nil
 		if ok {
@@ -137,7 +137,7 @@ func (l *Limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.
 
 // blockedAny returns a denial when a take's key is known to be blocked for
 // it: the longest wait among them.
-func (l *Limiter) blockedAny(entries []*entry, takes []tierlimit.Take) (tierlimit.Result, bool) {
+func (l *limiter) blockedAny(entries []*entry, takes []tierlimit.Take) (tierlimit.Result, bool) {
 	var worst tierlimit.Result
 	found := false
 	for i, t := range takes {
@@ -154,7 +154,7 @@ func (l *Limiter) blockedAny(entries []*entry, takes []tierlimit.Take) (tierlimi
 // missedAll decides an AllowAll whose claim failed or ran past the budget,
 // as missed does one key's: while the breaker is closed Redis may only be
 // slow, and no fallback mints tokens for it (G1).
-func (l *Limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
+func (l *limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
 	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
 		return l.fallAll(takes, pols)
 	}
@@ -167,7 +167,7 @@ func (l *Limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.R
 // fallAll decides an AllowAll while Redis cannot be reached: the failure
 // mode decides, and in FailFallback mode the keys' fallback buckets, all or
 // nothing (the leases were tried first).
-func (l *Limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
+func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}

@@ -112,7 +112,7 @@ func (b *breaker) current() tierlimit.BreakerState {
 // with its own backoff: DialerRetries × DialerRetryTimeout, 500 ms by
 // default). A call the client ends at its deadline (ContextTimeoutEnabled)
 // counts as failed only if Redis has been silent that long.
-func (l *Limiter) call(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
+func (l *limiter) call(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
 	done, err := l.brk.allow()
 	if err != nil {
 		return tierlimit.RedisCall{}, err
@@ -122,7 +122,7 @@ func (l *Limiter) call(op string, timeout time.Duration, f func() error) (tierli
 
 // callAnyway makes the call even while the breaker holds calls back, and
 // does not report to it: Close's last refunds, which have no later chance.
-func (l *Limiter) callAnyway(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
+func (l *limiter) callAnyway(op string, timeout time.Duration, f func() error) (tierlimit.RedisCall, error) {
 	return l.run(op, timeout, func(error) {}, func() {}, f)
 }
 
@@ -142,7 +142,7 @@ var errSlow = errors.New("hybrid: redis call over its budget while redis answers
 // run makes the call f and settles it with done (see call): at its end, or
 // as failed once Redis has been silent too long, whichever comes first;
 // stalled is called at every further timeout it runs in silence.
-func (l *Limiter) run(op string, timeout time.Duration, done func(error), stalled func(), f func() error) (tierlimit.RedisCall, error) {
+func (l *limiter) run(op string, timeout time.Duration, done func(error), stalled func(), f func() error) (tierlimit.RedisCall, error) {
 	var once sync.Once
 	settle := func(err error) (first bool) {
 		once.Do(func() { first = true; done(err) })
@@ -213,7 +213,7 @@ func (l *Limiter) run(op string, timeout time.Duration, done func(error), stalle
 
 // lastAnswer returns when Redis last answered a call of l, or since if
 // that is later.
-func (l *Limiter) lastAnswer(since time.Time) time.Time {
+func (l *limiter) lastAnswer(since time.Time) time.Time {
 	if at := time.Unix(0, l.answered.Load()); at.After(since) {
 		return at
 	}
@@ -269,7 +269,7 @@ func (r *latency) stall(timeout time.Duration) time.Duration {
 
 // learn remembers whether a call's outcome err means a misconfiguration:
 // set by a reply that does, cleared by a success (see Limiter.misconfig).
-func (l *Limiter) learn(err error) {
+func (l *limiter) learn(err error) {
 	switch {
 	case err == nil:
 		if l.misconfig.Load() != nil {
@@ -283,14 +283,14 @@ func (l *Limiter) learn(err error) {
 
 // report gives a call's event to the observer. Callers defer it ahead of
 // their locks, so that no user code runs under a lock.
-func (l *Limiter) report(ev *tierlimit.RedisCall) {
+func (l *limiter) report(ev *tierlimit.RedisCall) {
 	if l.onCall != nil && ev.Op != "" {
 		l.onCall(*ev)
 	}
 }
 
 // notify delivers breaker changes to the observer until Close.
-func (l *Limiter) notify(f func(tierlimit.BreakerChange)) {
+func (l *limiter) notify(f func(tierlimit.BreakerChange)) {
 	defer l.wg.Done()
 	for {
 		select {

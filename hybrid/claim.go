@@ -23,7 +23,7 @@ import (
 // call's channel with a timer, and a call still running at the budget goes
 // on in its flight's goroutine and lands its tokens in the entry for later
 // callers: a goroutine hand-off more per claim, which the first way saves.
-func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
+func (l *limiter) claim(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
 	p, err := l.checkPolicy(key, n)
 	if err != nil {
 		return tierlimit.Result{}, err
@@ -81,7 +81,7 @@ func (l *Limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 // run out, counted from its first call: every later wait sees it (a
 // timer's channel would be drained by the first), and stop, which frees
 // its timer.
-func (l *Limiter) expiry() (expiry func() <-chan struct{}, stop func()) {
+func (l *limiter) expiry() (expiry func() <-chan struct{}, stop func()) {
 	var (
 		budget  *time.Timer
 		expired chan struct{}
@@ -108,7 +108,7 @@ var errMissed = errors.New("hybrid: claim missed")
 // shared makes key's claim of at least n tokens, or joins the one in
 // flight, and returns key's entry. Its errors are ErrClosed, ctx's,
 // ErrMisconfigured's, and errMissed. expiry is claim's budget timer.
-func (l *Limiter) shared(ctx context.Context, key string, h uint64, p *policy, n int64, expiry func() <-chan struct{}) (*entry, error) {
+func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n int64, expiry func() <-chan struct{}) (*entry, error) {
 	fn := func() (any, error) {
 		// The flight may outlive its caller: it is a call in flight of
 		// its own, which Close waits for.
@@ -157,7 +157,7 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 
 // lease claims tokens for key into its entry, so that it holds at least n
 // (or it claims nothing), at most the lease size. It returns the entry.
-func (l *Limiter) lease(ctx context.Context, key string, p *policy, n int64) (*entry, error) {
+func (l *limiter) lease(ctx context.Context, key string, p *policy, n int64) (*entry, error) {
 	e := l.entry(key, p)
 	held := e.tokens.Load()
 	if held >= n {
@@ -174,7 +174,7 @@ func (l *Limiter) lease(ctx context.Context, key string, p *policy, n int64) (*e
 // claimInto asks Redis for between lo and the lease size tokens for e. The
 // key's lock orders it with Reset: tokens debited before Reset's DEL are
 // erased by it and must not be refunded after it.
-func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
+func (l *limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	var ev, debt tierlimit.RedisCall
 	defer l.report(&ev)
 	defer l.report(&debt)
@@ -213,7 +213,7 @@ func (l *Limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 
 // payDebt charges e's debt to Redis in one call, reported in ev. The caller
 // holds e's key lock.
-func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
+func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
 	c := l.debtClaim(e)
 	var granted int64
 	var res tierlimit.Result
@@ -245,7 +245,7 @@ func (l *Limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 // ledger (the default), numbered, with what e holds now and its orphan. The caller
 // holds e's key lock: e's claims and refunds are numbered in the order they
 // are made.
-func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
+func (l *limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
 	if l.cfg.ledger {
 		c.Holder, c.Gen, c.Held = e.holder, e.gen.Add(1), e.tokens.Load()
@@ -259,7 +259,7 @@ func (l *Limiter) claimOf(e *entry, lo, want int64) store.Claim {
 // holds what it granted, which e's next claim asks for (store.Claim's
 // Orphan: the first claim since the last reply). A reply settles every
 // claim before it; an error reply ran nothing.
-func (l *Limiter) replied(e *entry, c store.Claim, err error) {
+func (l *limiter) replied(e *entry, c store.Claim, err error) {
 	var reply redis.Error
 	switch {
 	case !l.cfg.ledger:
@@ -285,7 +285,7 @@ func (l *Limiter) replied(e *entry, c store.Claim, err error) {
 // A grant pays what the key owes first (see paid): a claim sent before an
 // outage may land after the fallback admitted (a paused Redis runs the
 // claims queued in it when the pause ends).
-func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
+func (l *limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 	// Redis decided during the call: the time after it is when its
 	// RetryAfter counts from, at the latest.
 	now := l.now()
@@ -322,7 +322,7 @@ func (l *Limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 // never spent: they are counted lost, not left in a lease that nobody
 // refunds. Close sets final before it takes the tokens, and land reads it
 // after it adds them: either Close takes them or land does.
-func (l *Limiter) land(e *entry, n int64) {
+func (l *limiter) land(e *entry, n int64) {
 	e.tokens.Add(n)
 	if e.evicted.Load() {
 		l.keys.keep(e) // after the Add: see table.forget
@@ -338,7 +338,7 @@ func (l *Limiter) land(e *entry, n int64) {
 // a lease TTL of demand), so that a key whose demand is held back by its own
 // round trips still grows out of them. Half a TTL: the lease then runs low,
 // and is refilled in the background, before the janitor would refund it.
-func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
+func (l *limiter) size(e *entry, lo int64, now int64) int64 {
 	p := e.policy()
 	want := p.minLease
 	if last := e.lastClaim.Load(); last > 0 && now > last {
@@ -358,7 +358,7 @@ func (l *Limiter) size(e *entry, lo int64, now int64) int64 {
 // interval beyond that, so that a denied caller is told at most the
 // one-bucket answer plus a refill interval (G2), and never so long that
 // the bucket could fill up and waste refill.
-func (l *Limiter) blockFor(p *policy, res tierlimit.Result) time.Duration {
+func (l *limiter) blockFor(p *policy, res tierlimit.Result) time.Duration {
 	d := res.RetryAfter
 	if p.maxLease > 1 {
 		batch := p.limit.RefillTime(p.maxLease)
@@ -379,7 +379,7 @@ func (l *Limiter) blockFor(p *policy, res tierlimit.Result) time.Duration {
 // new one, cached if ristretto admits it. An entry whose key's limit
 // changed (WithLimitFunc) keeps its lease: Redis carries the key's state
 // over to the new limit.
-func (l *Limiter) entry(key string, p *policy) *entry {
+func (l *limiter) entry(key string, p *policy) *entry {
 	e, ok := l.lookup(key)
 	if !ok {
 		e, ok = l.keys.droppedFor(key)

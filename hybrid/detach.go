@@ -34,7 +34,7 @@ func detach(ctx context.Context, wait time.Duration, f func()) bool {
 // detachKey is detach for work on the key of hash h by a caller inside the
 // table's gate: the work stays counted inside it, so that Close waits for
 // it as for a call in flight, and closes ristretto only after it.
-func (l *Limiter) detachKey(ctx context.Context, h uint64, wait time.Duration, f func()) bool {
+func (l *limiter) detachKey(ctx context.Context, h uint64, wait time.Duration, f func()) bool {
 	l.keys.gate.Join(h)
 	return detach(ctx, wait, func() {
 		defer l.keys.exit(h)
@@ -45,7 +45,7 @@ func (l *Limiter) detachKey(ctx context.Context, h uint64, wait time.Duration, f
 // answerWait is how long a caller waits for Redis when it needs the
 // answer (Reset): as long as a call may be in flight before it counts as
 // failed (latency.stall), at most maxAnswerWait.
-func (l *Limiter) answerWait() time.Duration {
+func (l *limiter) answerWait() time.Duration {
 	return min(l.rtt.stall(l.cfg.callBudget), maxAnswerWait)
 }
 

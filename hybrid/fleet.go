@@ -48,7 +48,7 @@ func share(limit tierlimit.Limit, n int64) tierlimit.Limit {
 
 // heartbeats records this instance in the fleet every heartbeat and follows
 // the fleet's size; on Close it leaves the fleet.
-func (l *Limiter) heartbeats() {
+func (l *limiter) heartbeats() {
 	defer l.wg.Done()
 	t := time.NewTicker(l.cfg.heartbeat)
 	defer t.Stop()
@@ -73,7 +73,7 @@ func (l *Limiter) heartbeats() {
 // as long as beats get answers: once one gets none, a beat would learn
 // nothing, and its failed dials would put go-redis's pool in the backoff
 // that delays the first call after Redis returns.
-func (l *Limiter) beat(leave bool, wait time.Duration) error {
+func (l *limiter) beat(leave bool, wait time.Duration) error {
 	send := l.call
 	if l.brk.current() != tierlimit.BreakerClosed {
 		if l.silent.Load() {

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,9 +18,21 @@ import (
 
 // Limiter is a distributed rate limiter that spends leased token batches in
 // process (see the package documentation). It is safe for concurrent use and
-// must not be copied. Close it to refund unspent tokens and stop its
-// background goroutines.
+// must not be copied.
+//
+// A Limiter is built once per process (or per limit) and lives as long as
+// the process uses it: Close it to refund unspent tokens, leave the fleet and
+// stop its background goroutines. One that becomes unreachable without
+// Close is closed when the garbage collector finds it, so that a forgotten
+// Close does not leave goroutines heartbeating for the fleet forever.
 type Limiter struct {
+	*limiter // what the background goroutines hold: never the Limiter itself
+
+	cleanup runtime.Cleanup // closes the limiter when the Limiter is garbage
+}
+
+// limiter is a Limiter's state and logic (see Limiter).
+type limiter struct {
 	limit    tierlimit.Limit // the default (New's)
 	def      *policy         // the default's
 	pols     policies        // the other limits' (WithLimitFunc)
@@ -145,7 +158,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
-	l := &Limiter{
+	l := &limiter{
 		limit:   limit,
 		def:     def,
 		pols:    policies{byLimit: map[tierlimit.Limit]*policy{}},
@@ -201,7 +214,29 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		l.wg.Add(1)
 		go l.notify(onBreaker)
 	}
-	return l, nil
+	outer := &Limiter{limiter: l}
+	// Close runs on a goroutine of its own: it may wait for Redis, and
+	// cleanups share one goroutine.
+	outer.cleanup = runtime.AddCleanup(outer, func(l *limiter) { go l.close() }, l)
+	return outer, nil
+}
+
+// Close waits for the decisions and claims in flight, refunds every unspent
+// token to Redis, stops the background goroutines and releases the cache.
+// Later calls of every method return tierlimit.ErrClosed; Stats still
+// reads the counters. Close is safe to call more than once, and
+// concurrently with any method; it reports tokens it could not refund
+// (they are counted in Stats.Lost).
+//
+// Close returns within about 1.4 s whatever the calls in flight and the
+// client's timeouts: it waits for calls in flight and background work at
+// most 400 ms, then for its refunds at most a second. A call to a stalled
+// Redis still running then ends when the client gives it up (its
+// ReadTimeout); tokens it lands later are counted lost, and refunds that
+// succeed later move from Stats.Lost to Stats.Refunded.
+func (l *Limiter) Close() error {
+	l.cleanup.Stop()
+	return l.close()
 }
 
 // Limit returns the limit the fleet is held to.
@@ -229,7 +264,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Re
 }
 
 // observed decides and reports the decision to the observer.
-func (l *Limiter) observed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+func (l *limiter) observed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	start := time.Now()
 	res, err := l.decide(ctx, key, n)
 	if err == nil {
@@ -238,7 +273,7 @@ func (l *Limiter) observed(ctx context.Context, key string, n int64) (tierlimit.
 	return res, err
 }
 
-func (l *Limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+func (l *limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := l.check(ctx, key, n); err != nil {
 		return tierlimit.Result{}, err
 	}
@@ -259,7 +294,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Re
 	return l.claim(ctx, key, h, n)
 }
 
-func (l *Limiter) check(ctx context.Context, key string, n int64) error {
+func (l *limiter) check(ctx context.Context, key string, n int64) error {
 	if l.keys.gate.Closed() {
 		return tierlimit.ErrClosed
 	}
@@ -314,7 +349,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 
 // reset is Reset's work, under key's lock; it does nothing if its caller
 // gave up before the lock was had.
-func (l *Limiter) reset(ctx context.Context, key string, h uint64, gaveUp *atomic.Bool) error {
+func (l *limiter) reset(ctx context.Context, key string, h uint64, gaveUp *atomic.Bool) error {
 	mu := l.keyLock(key)
 	mu.Lock()
 	defer mu.Unlock()
@@ -358,9 +393,9 @@ func (l *Limiter) reset(ctx context.Context, key string, h uint64, gaveUp *atomi
 	return nil
 }
 
-func (l *Limiter) keyLock(key string) *sync.Mutex { return &l.keyLocks[l.keyLockIndex(key)] }
+func (l *limiter) keyLock(key string) *sync.Mutex { return &l.keyLocks[l.keyLockIndex(key)] }
 
-func (l *Limiter) keyLockIndex(key string) int {
+func (l *limiter) keyLockIndex(key string) int {
 	return int(keyHash(key) % uint64(len(l.keyLocks)))
 }
 
@@ -368,20 +403,8 @@ func (l *Limiter) keyLockIndex(key string) int {
 // the counter stripes.
 func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
 
-// Close waits for the decisions and claims in flight, refunds every unspent
-// token to Redis, stops the background goroutines and releases the cache.
-// Later calls of every method return tierlimit.ErrClosed; Stats still
-// reads the counters. Close is safe to call more than once, and
-// concurrently with any method; it reports tokens it could not refund
-// (they are counted in Stats.Lost).
-//
-// Close returns within about 1.4 s whatever the calls in flight and the
-// client's timeouts: it waits for calls in flight and background work at
-// most 400 ms, then for its refunds at most a second. A call to a stalled
-// Redis still running then ends when the client gives it up (its
-// ReadTimeout); tokens it lands later are counted lost, and refunds that
-// succeed later move from Stats.Lost to Stats.Refunded.
-func (l *Limiter) Close() error {
+// close is Close: the limiter's part, which a cleanup calls too.
+func (l *limiter) close() error {
 	l.closeOnce.Do(func() {
 		// Callers and claims in flight end first, so that the refunds
 		// below include the tokens they claimed.
@@ -438,7 +461,7 @@ const probeTimeout = time.Second
 // clock it reads the monotonic clock only (time.Since), which costs half of
 // time.Now on a VM's clock: the instants it returns are the start's wall
 // time plus the monotonic time since, compared only with each other.
-func (l *Limiter) now() int64 {
+func (l *limiter) now() int64 {
 	if l.mono {
 		return l.epoch + int64(time.Since(l.start))
 	}
@@ -447,6 +470,6 @@ func (l *Limiter) now() int64 {
 
 // budget returns a context for one Redis call: ctx's values, not its
 // cancellation (the call may serve other callers), and the call budget.
-func (l *Limiter) budget(ctx context.Context) (context.Context, context.CancelFunc) {
+func (l *limiter) budget(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.callBudget)
 }

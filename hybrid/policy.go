@@ -97,7 +97,7 @@ type policies struct {
 
 // checkPolicy returns key's policy (see policyFor), having checked that a
 // cost of n fits its limit (tierlimit.ErrInvalidCost).
-func (l *Limiter) checkPolicy(key string, n int64) (*policy, error) {
+func (l *limiter) checkPolicy(key string, n int64) (*policy, error) {
 	p, err := l.policyFor(key)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func (l *Limiter) checkPolicy(key string, n int64) (*policy, error) {
 // WaitN). A key without an entry asks at once; the claim that follows
 // makes its entry. No lock is held while the LimitFunc runs: a panic
 // reaches the caller and leaves the limiter as it was.
-func (l *Limiter) policyFor(key string) (*policy, error) {
+func (l *limiter) policyFor(key string) (*policy, error) {
 	if l.cfg.limitFunc == nil {
 		return l.def, nil
 	}
@@ -141,14 +141,14 @@ func (l *Limiter) policyFor(key string) (*policy, error) {
 
 // fresh reports whether the LimitFunc's answer e holds is less than a
 // lease TTL old at now.
-func (l *Limiter) fresh(e *entry, now int64) bool {
+func (l *limiter) fresh(e *entry, now int64) bool {
 	return now-e.asked.Load() < int64(l.cfg.leaseTTL)
 }
 
 // asked records that the LimitFunc answered p for e's key at now. A
 // barred key's entry stops spending and its lease expires now: the
 // janitor's next round gives it back.
-func (l *Limiter) asked(e *entry, p *policy, now int64) {
+func (l *limiter) asked(e *entry, p *policy, now int64) {
 	switch {
 	case p.blocked:
 		e.blockedUntil.Store(bar)
@@ -169,7 +169,7 @@ func (l *Limiter) asked(e *entry, p *policy, now int64) {
 // that is not a valid limit, or a panic of the LimitFunc, stops e's
 // background refills, and the next call that claims for the key asks
 // again and returns what the LimitFunc did.
-func (l *Limiter) reask(e *entry, now int64) (ok bool) {
+func (l *limiter) reask(e *entry, now int64) (ok bool) {
 	if l.cfg.limitFunc == nil || l.fresh(e, now) {
 		return true
 	}
@@ -205,7 +205,7 @@ func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
 // policyOf returns key's policy: its LimitFunc's answer, or the default.
 // It returns an error wrapping tierlimit.ErrInvalidLimit when the answer
 // is not a valid limit.
-func (l *Limiter) policyOf(key string) (*policy, error) {
+func (l *limiter) policyOf(key string) (*policy, error) {
 	if l.cfg.limitFunc == nil {
 		return l.def, nil
 	}
@@ -254,7 +254,7 @@ func (p *policy) denial(retry time.Duration, src tierlimit.Source) tierlimit.Res
 // shareOf returns what a key of policy p is held to while the breaker is
 // open: WithFallbackLimit's limit, else p's limit divided by the live
 // instances.
-func (l *Limiter) shareOf(p *policy) tierlimit.Limit {
+func (l *limiter) shareOf(p *policy) tierlimit.Limit {
 	if p == l.def || l.cfg.fallback != nil {
 		return *l.share.Load()
 	}

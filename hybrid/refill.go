@@ -10,7 +10,7 @@ import (
 )
 
 // refill asks a background worker to top up e's lease.
-func (l *Limiter) refill(e *entry) {
+func (l *limiter) refill(e *entry) {
 	if e.refillDone.Load() != nil {
 		return // queued or running
 	}
@@ -26,14 +26,14 @@ func (l *Limiter) refill(e *entry) {
 }
 
 // refilled ends e's refill and wakes the callers waiting on it.
-func (l *Limiter) refilled(e *entry) {
+func (l *limiter) refilled(e *entry) {
 	if done := e.refillDone.Swap(nil); done != nil {
 		close(*done)
 	}
 }
 
 // awaitRefill waits for a refill of e in flight, until budget fires.
-func (l *Limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan struct{}) error {
+func (l *limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan struct{}) error {
 	done := e.refillDone.Load()
 	if done == nil {
 		return nil
@@ -52,7 +52,7 @@ const refillBatch = 256
 
 // refiller tops up leases in the background: it takes every queued entry
 // (up to refillBatch) and claims for all of them in one pipelined round trip.
-func (l *Limiter) refiller() {
+func (l *limiter) refiller() {
 	defer l.wg.Done()
 	batch := make([]*entry, 0, refillBatch)
 	for {
@@ -79,7 +79,7 @@ func (l *Limiter) refiller() {
 }
 
 // refillAll claims a lease top-up for each entry still worth refilling.
-func (l *Limiter) refillAll(batch []*entry) {
+func (l *limiter) refillAll(batch []*entry) {
 	if l.brk.open() {
 		return // the next spend asks again; no lease grows while Redis is away
 	}
@@ -98,7 +98,7 @@ func (l *Limiter) refillAll(batch []*entry) {
 // claimAll claims what claimFor says for each entry of todo, in one
 // pipelined round trip (op), holding their key locks (in order) so that no
 // Reset interleaves, and hands each grant to got.
-func (l *Limiter) claimAll(op string, todo []*entry, claimFor func(*entry) store.Claim, got func(*entry, store.Claim, store.Grant)) {
+func (l *limiter) claimAll(op string, todo []*entry, claimFor func(*entry) store.Claim, got func(*entry, store.Claim, store.Grant)) {
 	if len(todo) == 0 {
 		return
 	}

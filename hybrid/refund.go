@@ -15,7 +15,7 @@ import (
 const refundBatch = 512
 
 // janitor refunds expired leases every quarter of the lease TTL.
-func (l *Limiter) janitor() {
+func (l *limiter) janitor() {
 	defer l.wg.Done()
 	t := time.NewTicker(l.cfg.leaseTTL / 4)
 	defer t.Stop()
@@ -33,7 +33,7 @@ func (l *Limiter) janitor() {
 
 // refundHeld gives back the tokens of every lease expired at now (all of
 // them when all is set), as refund does for the entries that hold tokens.
-func (l *Limiter) refundHeld(now time.Time, all bool) error {
+func (l *limiter) refundHeld(now time.Time, all bool) error {
 	return l.refund(l.collect(now, all, l.keys.holding()), all)
 }
 
@@ -44,7 +44,7 @@ func (l *Limiter) refundHeld(now time.Time, all bool) error {
 // An entry's tokens are taken under its key lock, with the number of its
 // last claim, which the refund names: the bucket's ledger then ends the
 // entry's record unless a later claim wrote it.
-func (l *Limiter) collect(now time.Time, all bool, entries []*entry) []store.Refund {
+func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Refund {
 	refunds := make([]store.Refund, 0, len(entries))
 	for _, e := range entries {
 		if !all && e.expires.Load() > now.UnixNano() {
@@ -90,7 +90,7 @@ func (l *Limiter) collect(now time.Time, all bool, entries []*entry) []store.Ref
 // outage, once the breaker has closed: a claim of up to that many tokens
 // (at least none), none of which is kept, so that the bucket is charged
 // for them but never goes below empty (see paid for what it lacks).
-func (l *Limiter) chargeBack(entries []*entry) {
+func (l *limiter) chargeBack(entries []*entry) {
 	if l.brk.current() != tierlimit.BreakerClosed {
 		return
 	}
@@ -115,7 +115,7 @@ func (l *Limiter) chargeBack(entries []*entry) {
 
 // debtClaim is the claim that charges e's debt: up to what it owes, at
 // least nothing. The caller holds e's key lock.
-func (l *Limiter) debtClaim(e *entry) store.Claim {
+func (l *limiter) debtClaim(e *entry) store.Claim {
 	return l.claimOf(e, 0, min(e.owed.Load(), e.policy().capacity))
 }
 
@@ -144,7 +144,7 @@ const (
 //     key for long on a debt.
 //
 // The caller holds e's key lock.
-func (l *Limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcome {
+func (l *limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcome {
 	l.stats.leased.Add(granted)
 	l.stats.chargedBack.Add(granted)
 	left := e.owed.Add(-granted)
@@ -173,10 +173,10 @@ func (l *Limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcom
 // leaves debts that one bucket would not charge (see docs/design.md, G4),
 // and carrying them costs the key their window's refill
 // (TestOutageKeepingState).
-func (l *Limiter) debtWindow() time.Duration { return min(l.cfg.leaseTTL, time.Second) }
+func (l *limiter) debtWindow() time.Duration { return min(l.cfg.leaseTTL, time.Second) }
 
 // forgive drops what e owes. The caller holds e's key lock.
-func (l *Limiter) forgive(e *entry) {
+func (l *limiter) forgive(e *entry) {
 	e.owed.Add(-max(0, e.owed.Load()))
 	e.owedSince.Store(0)
 }
@@ -185,12 +185,12 @@ func (l *Limiter) forgive(e *entry) {
 // every instance to charge its debt of the same outage (its breaker closes
 // within a probe interval of Redis answering, its janitor runs every
 // quarter lease TTL).
-func (l *Limiter) markTTL() time.Duration { return 2*l.cfg.leaseTTL + l.cfg.probeInterval }
+func (l *limiter) markTTL() time.Duration { return 2*l.cfg.leaseTTL + l.cfg.probeInterval }
 
 // settleMarks marks the buckets of full, found full by a charge, and
 // forgives the debts of short whose buckets another instance marked. With
 // locked, the caller holds the key lock of short's one entry.
-func (l *Limiter) settleMarks(ctx context.Context, full, short []*entry, locked bool) {
+func (l *limiter) settleMarks(ctx context.Context, full, short []*entry, locked bool) {
 	keys := func(es []*entry) []string {
 		out := make([]string, len(es))
 		for i, e := range es {
@@ -237,7 +237,7 @@ func (l *Limiter) settleMarks(ctx context.Context, full, short []*entry, locked 
 
 // refund sends refunds (see send), through the breaker unless anyway is
 // set, and counts their tokens refunded or lost.
-func (l *Limiter) refund(refunds []store.Refund, anyway bool) error {
+func (l *limiter) refund(refunds []store.Refund, anyway bool) error {
 	sent, lost, err := l.sendRefunds(refunds, anyway)
 	l.stats.refunded.Add(sent - lost)
 	l.stats.lost.Add(lost)
@@ -248,7 +248,7 @@ func (l *Limiter) refund(refunds []store.Refund, anyway bool) error {
 // back (they are the last chance), and waits for them at most
 // closeRefund: their tokens are counted lost then, and moved to refunded
 // if their call succeeds later.
-func (l *Limiter) refundLast(refunds []store.Refund) error {
+func (l *limiter) refundLast(refunds []store.Refund) error {
 	var (
 		mu          sync.Mutex
 		late, ended bool // Close gave up on the refunds; they ended
@@ -285,7 +285,7 @@ func (l *Limiter) refundLast(refunds []store.Refund) error {
 // sendRefunds sends refunds in pipelined batches, through the breaker
 // unless anyway is set, and returns the tokens sent and those of the
 // refunds that failed.
-func (l *Limiter) sendRefunds(refunds []store.Refund, anyway bool) (sent, lost int64, err error) {
+func (l *limiter) sendRefunds(refunds []store.Refund, anyway bool) (sent, lost int64, err error) {
 	send := l.call
 	if anyway {
 		send = l.callAnyway
@@ -323,12 +323,12 @@ func (l *Limiter) sendRefunds(refunds []store.Refund, anyway bool) (sent, lost i
 // refundID returns an ID no other refund of the fleet has: go-redis may
 // send a refund twice when its connection breaks, and Redis applies one ID
 // once (see store.Refund).
-func (l *Limiter) refundID() string {
+func (l *limiter) refundID() string {
 	return l.id + strconv.FormatInt(l.refunds.Add(1), 36)
 }
 
 // heldTokens sums the tokens in leases.
-func (l *Limiter) heldTokens() int64 {
+func (l *limiter) heldTokens() int64 {
 	var n int64
 	for _, e := range l.keys.holding() {
 		n += e.tokens.Load()

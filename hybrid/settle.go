@@ -89,7 +89,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 
 // settled is Settle's Result: what e's lease and Redis hold, as far as
 // this instance knows.
-func (l *Limiter) settled(e *entry, src tierlimit.Source) tierlimit.Result {
+func (l *limiter) settled(e *entry, src tierlimit.Source) tierlimit.Result {
 	p := e.policy()
 	remaining := min(e.tokens.Load()+max(0, e.remote.Load()), p.capacity)
 	return tierlimit.Result{
@@ -106,7 +106,7 @@ func (l *Limiter) settled(e *entry, src tierlimit.Source) tierlimit.Result {
 // Redis debited, goes back to Redis at its TTL anyway. A lease that
 // would grow past its grant (the tokens came from an earlier lease) or
 // has expired gives nothing: Redis's bucket takes them, capped at Burst.
-func (l *Limiter) giveToLease(e *entry, d int64) bool {
+func (l *limiter) giveToLease(e *entry, d int64) bool {
 	if e.stale.Load() || e.evicted.Load() || e.expires.Load() <= l.now() {
 		return false
 	}
@@ -135,7 +135,7 @@ func cancelOwed(e *entry, d int64) int64 {
 }
 
 // takeUpTo takes up to d tokens from e's lease and returns how many.
-func (l *Limiter) takeUpTo(e *entry, d int64) int64 {
+func (l *limiter) takeUpTo(e *entry, d int64) int64 {
 	for {
 		t := e.tokens.Load()
 		n := min(t, d)
@@ -150,7 +150,7 @@ func (l *Limiter) takeUpTo(e *entry, d int64) int64 {
 // refund ends e's record, whose count of what e may still spend would
 // otherwise cap the refund (the bucket refills only up to what records
 // leave): e's lease goes back with it, as the janitor's refund takes it.
-func (l *Limiter) giveToRedis(e *entry, d int64) {
+func (l *limiter) giveToRedis(e *entry, d int64) {
 	mu := l.keyLock(e.key)
 	mu.Lock()
 	defer mu.Unlock()
@@ -181,7 +181,7 @@ func (l *Limiter) giveToRedis(e *entry, d int64) {
 // refill landed in e's lease since the caller looked are taken first,
 // under the key lock, which refills hold until they land: it reports
 // whether Redis was called.
-func (l *Limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
+func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 	mu := l.keyLock(e.key)
 	mu.Lock()
 	defer mu.Unlock()

@@ -13,7 +13,7 @@ import (
 )
 
 // lookup returns key's entry (see table.find).
-func (l *Limiter) lookup(key string) (*entry, bool) { return l.keys.find(key, keyHash(key)) }
+func (l *limiter) lookup(key string) (*entry, bool) { return l.keys.find(key, keyHash(key)) }
 
 // take takes n tokens from e's lease if it holds them, and returns what
 // the lease holds after.
@@ -32,7 +32,7 @@ func (e *entry) take(n int64) (left int64, ok bool) {
 
 // spent records that n tokens of e's lease were spent, leaving left: the
 // key's demand, and a background refill when the lease runs low.
-func (l *Limiter) spent(e *entry, n, left int64) {
+func (l *limiter) spent(e *entry, n, left int64) {
 	e.demand.Add(n)
 	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
 		l.refill(e)
@@ -42,7 +42,7 @@ func (l *Limiter) spent(e *entry, n, left int64) {
 // spend takes n tokens from e's lease if it holds them. A barred key's
 // lease is not spent (see asked): the call is denied, until the answer
 // that barred it is a lease TTL old and a claim asks again.
-func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
 	if e.blockedUntil.Load() == bar {
 		if !l.fresh(e, l.now()) {
 			return tierlimit.Result{}, false
@@ -72,7 +72,7 @@ func (l *Limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 
 // blocked returns a denial from src while Redis is known to hold fewer than
 // n tokens for e's key.
-func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+func (l *limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
 	until := e.blockedUntil.Load()
 	if until == 0 || until == bar || n == 0 { // a barred key: see spend
 		return tierlimit.Result{}, false
@@ -103,7 +103,7 @@ func (l *Limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 }
 
 // peek answers n == 0: what the lease and Redis hold, charging nothing.
-func (l *Limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Result, error) {
+func (l *limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Result, error) {
 	var res tierlimit.Result
 	ev, err := l.call("peek", l.cfg.callBudget, func() error {
 		cctx, cancel := l.budget(ctx)
@@ -129,7 +129,7 @@ func (l *Limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Re
 // meanwhile is spent, a key known to be blocked stays blocked, and
 // anything else is denied for a budget's time; the claim, if it lands, is
 // spent by the next callers.
-func (l *Limiter) missed(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
+func (l *limiter) missed(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
 	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
 		return l.fall(ctx, key, p, n)
 	}
@@ -150,7 +150,7 @@ func (l *Limiter) missed(ctx context.Context, key string, p *policy, n int64) (t
 // fall decides while Redis cannot be reached: a lease still held is spent
 // first, then the failure mode decides, unless Redis's last word was a
 // misconfiguration: that is an error.
-func (l *Limiter) fall(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
+func (l *limiter) fall(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
 	if e, ok := l.lookup(key); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
 			return res, nil
@@ -200,7 +200,7 @@ type fallback struct {
 // known to be blocked, nor for a key this instance never claimed, which
 // other instances may have drained (G1: an outage where Redis keeps its
 // state hands out no fresh burst). The share's rate flows from the start.
-func (l *Limiter) fallbackOf(e *entry, now time.Time) *fallback {
+func (l *limiter) fallbackOf(e *entry, now time.Time) *fallback {
 	epoch := l.brk.opens.Load()
 	old := e.fb.Load()
 	if old != nil && old.epoch == epoch {

@@ -87,7 +87,7 @@ func (l *Limiter) Stats() Stats {
 // decisionStripes is the number of stripes of the decision counters.
 const decisionStripes = 16
 
-func (l *Limiter) count(s tierlimit.Source) int64 {
+func (l *limiter) count(s tierlimit.Source) int64 {
 	var n int64
 	for i := range l.decided {
 		n += l.decided[i].n[s][0].Load() + l.decided[i].n[s][1].Load()
@@ -97,7 +97,7 @@ func (l *Limiter) count(s tierlimit.Source) int64 {
 
 // record counts a decision under policy p in stripe (an entry's, or 0 off
 // the hot path).
-func (l *Limiter) record(p *policy, res tierlimit.Result, stripe uint8) tierlimit.Result {
+func (l *limiter) record(p *policy, res tierlimit.Result, stripe uint8) tierlimit.Result {
 	l.tally(p, res.Source, res.Allowed, stripe)
 	return res
 }
@@ -109,7 +109,7 @@ func (l *Limiter) record(p *policy, res tierlimit.Result, stripe uint8) tierlimi
 // table no longer holds is retired first, and a spend that finds it
 // retired adds its count at once: with the atomics' order, every count is
 // added exactly once, by retire or by the spend.
-func (l *Limiter) countLocal(e *entry) {
+func (l *limiter) countLocal(e *entry) {
 	e.local.Add(1)
 	if e.retired.Load() {
 		l.harvest(e)
@@ -118,7 +118,7 @@ func (l *Limiter) countLocal(e *entry) {
 
 // harvest adds e's uncounted local decisions to the limiter's count, and
 // to its policy's.
-func (l *Limiter) harvest(e *entry) {
+func (l *limiter) harvest(e *entry) {
 	if n := e.local.Swap(0); n > 0 {
 		l.decided[e.stripe%decisionStripes].n[tierlimit.SourceLocal][1].Add(n)
 		if c := e.policy().counts; c != nil {
@@ -128,14 +128,14 @@ func (l *Limiter) harvest(e *entry) {
 }
 
 // retire harvests e for the last time: the table no longer holds it.
-func (l *Limiter) retire(e *entry) {
+func (l *limiter) retire(e *entry) {
 	e.retired.Store(true)
 	l.harvest(e)
 }
 
 // forget stops following e if the table may (see table.forget), and
 // retires it then.
-func (l *Limiter) forget(e *entry) {
+func (l *limiter) forget(e *entry) {
 	if l.keys.forget(e) {
 		l.retire(e)
 	}
@@ -144,7 +144,7 @@ func (l *Limiter) forget(e *entry) {
 // tally counts a decision from src under policy p in stripe. The hot path
 // calls it rather than record, which copies the Result in and out
 // (BenchmarkAllowLease).
-func (l *Limiter) tally(p *policy, src tierlimit.Source, allowed bool, stripe uint8) {
+func (l *limiter) tally(p *policy, src tierlimit.Source, allowed bool, stripe uint8) {
 	i := 0
 	if allowed {
 		i = 1
@@ -170,7 +170,7 @@ type LimitStats struct {
 
 // limitStats returns the decisions by limit, the default's first, given
 // the totals: the default's are what the other limits leave.
-func (l *Limiter) limitStats(allowed, denied int64) []LimitStats {
+func (l *limiter) limitStats(allowed, denied int64) []LimitStats {
 	if l.cfg.limitFunc == nil {
 		return []LimitStats{{Limit: l.limit, Allowed: allowed, Denied: denied}}
 	}
