@@ -26,21 +26,6 @@ import (
 	"github.com/tierlimit/tierlimit/remote"
 )
 
-// TestMain runs a fleet member instead of the tests when this binary is
-// re-executed by runFleet.
-func TestMain(m *testing.M) {
-	if tier := os.Getenv(lifecycleEnv); tier != "" {
-		os.Exit(lifecycleChild(tier))
-	}
-	if spec := os.Getenv("TIERLIMIT_FLEET_MEMBER"); spec != "" {
-		if strings.Contains(spec, `"Fault":true`) {
-			os.Exit(faultMember(spec))
-		}
-		os.Exit(fleetMember(spec))
-	}
-	os.Exit(m.Run())
-}
-
 // memberSpec tells a fleet member what to do.
 type memberSpec struct {
 	Addr       string

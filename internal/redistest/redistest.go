@@ -13,6 +13,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -531,3 +532,18 @@ func (s *Server) logTail() string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// QuietClientLogs drops go-redis's own log lines (it logs every dial that
+// fails, which a test that stops Redis makes by the dozen), unless
+// TIERLIMIT_REDIS_LOG is set. A TestMain calls it before the tests run:
+// go-redis's logger is global.
+func QuietClientLogs() {
+	if os.Getenv("TIERLIMIT_REDIS_LOG") == "" {
+		redis.SetLogger(quiet{})
+	}
+}
+
+// quiet is a go-redis logger that drops every line.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
