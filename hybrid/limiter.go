@@ -122,7 +122,10 @@ type limiter struct {
 // tierlimit.ErrInvalidOption for a nil client or a bad option, and
 // tierlimit.ErrMisconfigured if Redis refuses the limiter's commands (see
 // tierlimit.Misconfigured: a password, an ACL permission, a renamed
-// command, a replica, a full server under noeviction). Redis down or slow
+// command, a replica, a full server under noeviction, a client of the
+// wrong kind for the server), or if a live Limiter of this process keeps
+// other limits under the same prefix on the same server: the two would
+// share buckets (WithPrefix separates them). Redis down or slow
 // is not an error: the limiter starts in degraded mode and heals by itself.
 func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	cfg := defaults()
@@ -190,11 +193,16 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if err != nil {
 		return nil, invalid("cache: %v", err)
 	}
+	if err := register(l); err != nil {
+		l.keys.release()
+		return nil, err
+	}
 	// The first heartbeat, made here, tells the fleet's size from the
 	// start and finds a misconfigured client (wrong password, missing ACL
 	// permission) before any decision. Redis down is no error: New then
 	// waits at most the call budget.
 	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); l.bucket.Misconfigured(err) {
+		unregister(l)
 		l.keys.release()
 		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	} else if err == nil {
@@ -406,6 +414,7 @@ func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
 // close is Close: the limiter's part, which a cleanup calls too.
 func (l *limiter) close() error {
 	l.closeOnce.Do(func() {
+		unregister(l)
 		// Callers and claims in flight end first, so that the refunds
 		// below include the tokens they claimed.
 		start := time.Now()

@@ -1,0 +1,61 @@
+package hybrid
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+)
+
+// TestTwoLimitsOnOnePrefix: two live limiters of this process with other
+// limits under one prefix on one server would share buckets: New refuses
+// the second (ErrMisconfigured), whether the two share a client or not. The
+// same limit shares on purpose; another prefix, another server, or the
+// first limiter closed, is fine.
+func TestTwoLimitsOnOnePrefix(t *testing.T) {
+	e := newEnv(t)
+	requests := e.limiter(t, tierlimit.PerSecond(100).WithBurst(200))
+	other := redis.NewClient(&redis.Options{Addr: e.m.Addr()}) // the same server, another client
+	defer other.Close()
+	for _, c := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		opts []Option
+		want error
+	}{
+		{"another limit, the same client", e.rdb, nil, tierlimit.ErrMisconfigured},
+		{"another limit, another client of the server", other, nil, tierlimit.ErrMisconfigured},
+		{"another limit, another prefix", e.rdb, []Option{WithPrefix("tokens:")}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := New(c.rdb, tierlimit.PerSecond(5000).WithBurst(20_000), append(c.opts, WithClock(e.clock))...)
+			if l != nil {
+				defer l.Close()
+			}
+			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+				t.Errorf("New = %v, want %v", err, c.want)
+			}
+		})
+	}
+	same, err := New(other, tierlimit.PerSecond(100).WithBurst(200), WithClock(e.clock))
+	if err != nil {
+		t.Errorf("New with the same limit on the same prefix = %v, want nil (a bucket shared on purpose)", err)
+	} else {
+		same.Close()
+	}
+	extra, err := New(e.rdb, tierlimit.PerSecond(100).WithBurst(200), WithLimits(tierlimit.PerHour(1000)), WithClock(e.clock))
+	if !errors.Is(err, tierlimit.ErrMisconfigured) {
+		t.Errorf("New with the same limit and an extra one = %v, want ErrMisconfigured (the extra's buckets differ)", err)
+	}
+	if extra != nil {
+		extra.Close()
+	}
+	requests.Close()
+	tokens, err := New(e.rdb, tierlimit.PerSecond(5000).WithBurst(20_000), WithClock(e.clock))
+	if err != nil {
+		t.Errorf("New after the first limiter closed = %v, want nil", err)
+	} else {
+		tokens.Close()
+	}
+}
