@@ -159,7 +159,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 	}
 	m := &Middleware{
 		rules:   append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key, unit: UnitRequests}}, cfg.extra...),
-		ip:      resolver{trusted: cfg.trusted, header: cfg.header, v6bits: cfg.v6bits},
+		ip:      newResolver(cfg.trusted, cfg.header, cfg.v6bits),
 		cost:    cfg.cost,
 		shadow:  cfg.shadow,
 		legacy:  cfg.legacy,

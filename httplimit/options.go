@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"strings"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/clientip"
 )
 
 // Defaults of the options.
@@ -151,7 +151,7 @@ func WithLimiter(name string, limiter tierlimit.Limiter, key KeyFunc) Option {
 func WithTrustedProxies(cidrs ...string) Option {
 	return optionFunc(func(c *config) error {
 		for _, s := range cidrs {
-			p, err := parsePrefix(s)
+			p, err := clientip.ParsePrefix(s)
 			if err != nil {
 				return invalid("trusted proxy %q is not an address or CIDR", s)
 			}
@@ -159,25 +159,6 @@ func WithTrustedProxies(cidrs ...string) Option {
 		}
 		return nil
 	})
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	a = a.Unmap().WithZone("")
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // WithProxyHeader sets the header trusted proxies name the client in:
