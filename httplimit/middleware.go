@@ -1,9 +1,6 @@
 package httplimit
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -12,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/chain"
 )
 
 // rule is one limiter the middleware asks.
@@ -24,12 +22,6 @@ type rule struct {
 	unit   string                    // the quota unit cost counts in
 	pk     *partitioner              // nil: no partition keys
 	names  quotaNames                // of its quotas, as the fields name them
-}
-
-// settler is a limiter that can give a charge back: every tier's
-// (local.Limiter, the remote limiters, hybrid.Limiter).
-type settler interface {
-	Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error)
 }
 
 // Middleware limits the requests of an http.Handler with one or more
@@ -240,9 +232,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if !ok || key == "" {
 			continue
 		}
-		if len(key) > tierlimit.MaxKeyLen {
-			key = hashKey(key)
-		}
+		key = chain.ShortKey(key)
 		var cost int64
 		switch {
 		case denied: // peek
@@ -299,21 +289,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // giveBack settles the charges of a refused request: each limiter that
-// admitted it gets its cost back, if it can (settler), and its outcome
+// admitted it gets its cost back, if it can (chain.Settler), and its outcome
 // shows what it holds then.
 func (m *Middleware) giveBack(r *http.Request, outs []outcome) {
 	for i := range outs {
 		o := &outs[i]
-		s, ok := o.rule.lim.(settler)
-		if !ok || !o.res.Allowed || o.cost <= 0 {
+		if !o.res.Allowed {
 			continue
 		}
-		res, err := s.Settle(r.Context(), o.key, o.cost, 0)
+		res, ok, err := chain.GiveBack(r.Context(), o.rule.lim, o.key, o.cost)
 		if err != nil {
 			m.report(r, fmt.Errorf("httplimit: policy %q: give back: %w", o.rule.name, err))
-			continue
 		}
-		o.res.Remaining = res.Remaining
+		if ok {
+			o.res.Remaining = res.Remaining
+		}
 	}
 }
 
@@ -352,12 +342,6 @@ func (m *Middleware) policyName() string {
 		return "closed"
 	}
 	return "open"
-}
-
-// hashKey shortens a key longer than tierlimit.MaxKeyLen to its SHA-256.
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // tooMany is the default denied handler.
