@@ -40,12 +40,19 @@ func (rs *Resolver) ClientIP(peer string, lines []string) (string, bool) {
 	if !ok {
 		return peer, peer != ""
 	}
+	return rs.ClientAddr(a, lines), true
+}
+
+// ClientAddr returns the key of the client of a request from the peer at
+// a that carries lines, the field lines of the proxy header: ClientIP for
+// a peer already parsed.
+func (rs *Resolver) ClientAddr(a netip.Addr, lines []string) string {
 	if rs.IsTrusted(a) {
 		if client, ok := rs.walk(lines); ok {
-			return rs.Key(client), true
+			return rs.Key(client)
 		}
 	}
-	return rs.Key(a), true
+	return rs.Key(a)
 }
 
 // walk returns the client named by lines, the field lines of a proxy
