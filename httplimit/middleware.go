@@ -3,13 +3,13 @@ package httplimit
 import (
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/chain"
+	"github.com/tierlimit/tierlimit/internal/logline"
 )
 
 // rule is one limiter the middleware asks.
@@ -115,21 +115,23 @@ type rule struct {
 // cancelled context) is passed to WithErrorFunc and then, by default, the
 // middleware fails open: that limiter is left out, from the headers too,
 // and the request goes on. WithFailClosed refuses such requests instead.
-// Without WithErrorFunc, errors are logged with the standard log package,
-// at most one line every 10 seconds.
+// Without WithErrorFunc, errors are logged to WithLogger's logger, at most
+// one line every 10 seconds.
 // A cost a limiter can never admit (tierlimit.ErrInvalidCost) denies the
 // request without Retry-After, whatever the error policy: letting it
 // through would make the limit bypassable by cost.
 type Middleware struct {
-	rules   []*rule
-	ip      resolver
-	cost    func(*http.Request) int64
-	shadow  bool
-	legacy  bool
-	denied  http.Handler
-	failed  http.Handler
-	onError func(*http.Request, error)
-	logged  atomic.Int64 // unix ns of the last default error log line
+	rules      []*rule
+	ip         resolver
+	cost       func(*http.Request) int64
+	shadow     bool
+	legacy     bool
+	denied     http.Handler
+	failed     http.Handler
+	onError    func(*http.Request, error)
+	logger     *slog.Logger // nil: slog.Default()
+	logged     logline.Every
+	onDecision DecisionFunc
 }
 
 // New returns a Middleware that asks limiter, and the limiters added with
@@ -150,14 +152,16 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		}
 	}
 	m := &Middleware{
-		rules:   append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key, unit: UnitRequests}}, cfg.extra...),
-		ip:      newResolver(cfg.trusted, cfg.header, cfg.v6bits),
-		cost:    cfg.cost,
-		shadow:  cfg.shadow,
-		legacy:  cfg.legacy,
-		denied:  cfg.denied,
-		failed:  cfg.failed,
-		onError: cfg.onError,
+		rules:      append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key, unit: UnitRequests}}, cfg.extra...),
+		ip:         newResolver(cfg.trusted, cfg.header, cfg.v6bits),
+		cost:       cfg.cost,
+		shadow:     cfg.shadow,
+		legacy:     cfg.legacy,
+		denied:     cfg.denied,
+		failed:     cfg.failed,
+		onError:    cfg.onError,
+		logger:     cfg.logger,
+		onDecision: cfg.onDecision,
 	}
 	byName := make(map[string]*rule, len(m.rules))
 	for _, r := range m.rules {
@@ -249,6 +253,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		case err == nil:
 			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost})
 			denied = denied || !res.Allowed
+			if m.onDecision != nil {
+				m.onDecision(r.Context(), ru.name, res)
+			}
 		case errors.Is(err, tierlimit.ErrInvalidCost):
 			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
 			outs = append(outs, outcome{rule: ru, never: true})
@@ -326,10 +333,10 @@ func (m *Middleware) report(r *http.Request, err error) {
 	// logEvery: a limiter that keeps failing (tierlimit.ErrMisconfigured
 	// after a password change, say) must not leave the service unlimited
 	// in silence.
-	now := time.Now().UnixNano()
-	if last := m.logged.Load(); now-last >= int64(logEvery) && m.logged.CompareAndSwap(last, now) {
-		log.Printf("httplimit: limiter error, failing %s (logged at most every %v; WithErrorFunc to handle): %v",
-			m.policyName(), logEvery, err)
+	if m.logged.Allow(time.Now(), logEvery) {
+		logline.Or(m.logger).LogAttrs(r.Context(), slog.LevelWarn,
+			"httplimit: limiter error (logged at most every 10s; WithErrorFunc to handle)",
+			slog.String("failing", m.policyName()), slog.Any("err", err))
 	}
 }
 

@@ -2,14 +2,14 @@ package httplimit
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -505,26 +505,41 @@ func TestLimiterErrors(t *testing.T) {
 }
 
 // TestLimiterErrorsLogged: without WithErrorFunc, a failing limiter is not
-// silent: its errors reach the standard logger, at most one line per
-// logEvery, saying which way the middleware fails.
+// silent: its errors reach WithLogger's logger, at most one line per
+// logEvery, saying which way the middleware fails, and nothing reaches the
+// default logger; without WithLogger, the default logger has them.
 func TestLimiterErrorsLogged(t *testing.T) {
-	var buf bytes.Buffer
-	log.SetOutput(&buf)
-	t.Cleanup(func() { log.SetOutput(os.Stderr) })
-	lim := newFake(tierlimit.PerMinute(1), time.Second, time.Second)
-	lim.err = fmt.Errorf("hybrid: %w: WRONGPASS", tierlimit.ErrMisconfigured)
-	m := mustNew(t, lim)
-	for i := 0; i < 100; i++ {
-		if w := serve(m, request("192.0.2.1:1")); w.Code != http.StatusOK {
-			t.Fatalf("request %d: got %d, want 200 (fail open)", i, w.Code)
+	for _, withLogger := range []bool{true, false} {
+		var own, global bytes.Buffer
+		prev := slog.Default()
+		slog.SetDefault(slog.New(slog.NewTextHandler(&global, nil)))
+		t.Cleanup(func() { slog.SetDefault(prev) })
+		lim := newFake(tierlimit.PerMinute(1), time.Second, time.Second)
+		lim.err = fmt.Errorf("hybrid: %w: WRONGPASS", tierlimit.ErrMisconfigured)
+		var opts []Option
+		want, quiet := &own, &global
+		if withLogger {
+			opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(&own, nil))))
+		} else {
+			want, quiet = &global, &own
 		}
-	}
-	got := buf.String()
-	if n := strings.Count(got, "\n"); n != 1 {
-		t.Errorf("%d log lines for 100 failures in a burst, want 1:\n%s", n, got)
-	}
-	if !strings.Contains(got, "failing open") || !strings.Contains(got, "WRONGPASS") {
-		t.Errorf("log line %q: want the policy and the error", got)
+		m := mustNew(t, lim, opts...)
+		for i := 0; i < 100; i++ {
+			if w := serve(m, request("192.0.2.1:1")); w.Code != http.StatusOK {
+				t.Fatalf("request %d: got %d, want 200 (fail open)", i, w.Code)
+			}
+		}
+		slog.SetDefault(prev)
+		got := want.String()
+		if n := strings.Count(got, "\n"); n != 1 {
+			t.Errorf("WithLogger %v: %d log lines for 100 failures in a burst, want 1:\n%s", withLogger, n, got)
+		}
+		if !strings.Contains(got, "failing=open") || !strings.Contains(got, "WRONGPASS") {
+			t.Errorf("WithLogger %v: log line %q: want the policy and the error", withLogger, got)
+		}
+		if quiet.Len() != 0 {
+			t.Errorf("WithLogger %v: the other logger got %q, want nothing", withLogger, quiet.String())
+		}
 	}
 }
 
@@ -676,6 +691,8 @@ func TestBadOptions(t *testing.T) {
 		{"nil cost", lim, []Option{WithCost(nil)}},
 		{"nil denied handler", lim, []Option{WithDeniedHandler(nil)}},
 		{"nil error func", lim, []Option{WithErrorFunc(nil)}},
+		{"nil logger", lim, []Option{WithLogger(nil)}},
+		{"nil decision func", lim, []Option{WithDecisionFunc(nil)}},
 		{"limiter cost for no limiter", lim, []Option{WithLimiterCost("user", UnitRequests, one)}},
 		{"limiter cost for the old name", lim, []Option{WithLimiterCost("default", UnitRequests, one), WithName("ip")}},
 		{"two limiter costs for one", lim, []Option{WithLimiterCost("default", UnitRequests, one), WithLimiterCost("default", UnitContentBytes, one)}},
@@ -733,5 +750,29 @@ func TestRefusedRequestGivesBack(t *testing.T) {
 		WithErrorFunc(func(*http.Request, error) {}))
 	if w := serve(closed, request(ip+":1")); w.Code != http.StatusServiceUnavailable || c.charged(ip) != 0 {
 		t.Errorf("fail-closed refusal: got %d, c charged %d; want 503, 0", w.Code, c.charged(ip))
+	}
+}
+
+// TestDecisionFunc checks that every limiter's decision is told, the peek
+// after a denial too, with the request's context.
+func TestDecisionFunc(t *testing.T) {
+	type seen struct {
+		policy  string
+		allowed bool
+	}
+	var got []seen
+	tight := newFake(tierlimit.PerMinute(1), time.Second, time.Minute)
+	roomy := newFake(tierlimit.PerMinute(10), time.Second, time.Minute)
+	m := mustNew(t, tight, WithLimiter("roomy", roomy, nil), WithDecisionFunc(func(ctx context.Context, policy string, res tierlimit.Result) {
+		if ctx == nil {
+			t.Error("nil context")
+		}
+		got = append(got, seen{policy, res.Allowed})
+	}))
+	serve(m, request("192.0.2.1:1"))
+	serve(m, request("192.0.2.1:1"))
+	want := []seen{{"default", true}, {"roomy", true}, {"default", false}, {"roomy", true}}
+	if !slices.Equal(got, want) {
+		t.Errorf("decisions told = %v, want %v", got, want)
 	}
 }

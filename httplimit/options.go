@@ -1,7 +1,9 @@
 package httplimit
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 
@@ -62,20 +64,22 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 
 // config is what the options set; New turns it into a Middleware.
 type config struct {
-	name    string  // the first limiter's policy
-	key     KeyFunc // the first limiter's key; nil: the client IP
-	extra   []*rule
-	trusted []netip.Prefix
-	header  string
-	v6bits  int
-	cost    func(*http.Request) int64
-	costs   []limiterCost
-	pks     []limiterPK
-	shadow  bool
-	legacy  bool
-	denied  http.Handler
-	failed  http.Handler // nil: fail open
-	onError func(*http.Request, error)
+	name       string  // the first limiter's policy
+	key        KeyFunc // the first limiter's key; nil: the client IP
+	extra      []*rule
+	trusted    []netip.Prefix
+	header     string
+	v6bits     int
+	cost       func(*http.Request) int64
+	costs      []limiterCost
+	pks        []limiterPK
+	shadow     bool
+	legacy     bool
+	denied     http.Handler
+	failed     http.Handler // nil: fail open
+	onError    func(*http.Request, error)
+	logger     *slog.Logger
+	onDecision DecisionFunc
 }
 
 func invalid(format string, args ...any) error {
@@ -264,6 +268,37 @@ func WithErrorFunc(f func(r *http.Request, err error)) Option {
 			return invalid("nil error func")
 		}
 		c.onError = f
+		return nil
+	})
+}
+
+// WithLogger sets the logger limiter errors are logged to when there is
+// no WithErrorFunc (default: slog.Default(), read when a line is logged).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// DecisionFunc is told of every decision a limiter makes about a request,
+// on the request's goroutine, with the request's context and the
+// limiter's policy name, e.g. to add it to the request's span (package
+// otelbridge's SpanDecision): the middleware itself imports no tracing.
+type DecisionFunc func(ctx context.Context, policy string, res tierlimit.Result)
+
+// WithDecisionFunc sets a func told of every decision of every limiter
+// (see DecisionFunc). A peek after a denial (see Middleware) is a
+// decision too.
+func WithDecisionFunc(f DecisionFunc) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return invalid("nil decision func")
+		}
+		c.onDecision = f
 		return nil
 	})
 }

@@ -1,10 +1,12 @@
 package metrics
 
 import (
+	"log/slog"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/logline"
 )
 
 // DefaultMaxLimits is the number of distinct limits per limiter that
@@ -20,12 +22,14 @@ const otherLimit = "other"
 // distinct limits: a limiter with per-key limits (WithLimitFunc) may see
 // many, and a label must stay bounded.
 type limitSeries struct {
-	vec  *prometheus.CounterVec
-	name string
-	max  int
+	vec    *prometheus.CounterVec
+	name   string
+	max    int
+	logger *slog.Logger // nil: slog.Default()
 
-	mu   sync.RWMutex
-	seen map[tierlimit.Limit][2]prometheus.Counter // denied, allowed
+	mu     sync.RWMutex
+	seen   map[tierlimit.Limit][2]prometheus.Counter // denied, allowed
+	warned bool                                      // the bound was reached and logged
 }
 
 func (s *limitSeries) count(d tierlimit.Decision) {
@@ -36,7 +40,12 @@ func (s *limitSeries) count(d tierlimit.Decision) {
 	c, ok := s.seen[d.Limit]
 	s.mu.RUnlock()
 	if !ok {
-		c = s.add(d.Limit)
+		var warn bool
+		if c, warn = s.add(d.Limit); warn {
+			// Logged outside the lock: a logger is the caller's code.
+			logline.Or(s.logger).Warn("tierlimit: metrics: more distinct limits than WithMaxLimits; later ones are counted as \"other\"",
+				slog.String("limiter", s.name), slog.Int("max_limits", s.max))
+		}
 	}
 	if d.Allowed {
 		c[1].Inc()
@@ -45,22 +54,27 @@ func (s *limitSeries) count(d tierlimit.Decision) {
 	}
 }
 
-func (s *limitSeries) add(l tierlimit.Limit) [2]prometheus.Counter {
+// add returns the counters of l, made on first sight; warn is true for
+// the first limit past the bound, once per limiter.
+func (s *limitSeries) add(l tierlimit.Limit) (c [2]prometheus.Counter, warn bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c, ok := s.seen[l]; ok {
-		return c
+		return c, false
 	}
 	label := otherLimit
 	if len(s.seen) < s.max {
 		label = l.String()
 	}
-	c := [2]prometheus.Counter{
+	c = [2]prometheus.Counter{
 		s.vec.WithLabelValues(s.name, label, "denied"),
 		s.vec.WithLabelValues(s.name, label, "allowed"),
 	}
 	if label != otherLimit {
 		s.seen[l] = c
+		return c, false
 	}
-	return c
+	warn = !s.warned
+	s.warned = true
+	return c, warn
 }

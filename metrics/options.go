@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"regexp"
 
@@ -26,6 +27,7 @@ type config struct {
 	decisionBuckets []float64
 	redisBuckets    []float64
 	maxLimits       int
+	logger          *slog.Logger
 }
 
 // The default histogram buckets, in seconds. A decision from a lease or an
@@ -115,4 +117,17 @@ func checkBuckets(b []float64) error {
 		}
 	}
 	return nil
+}
+
+// WithLogger sets the logger a Collector warns in (default: slog.Default(),
+// read when a line is logged): once per limiter, when it sees more
+// distinct limits than WithMaxLimits labels.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	})
 }
