@@ -136,7 +136,7 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 		allowed, denied prometheus.Counter
 		latency         prometheus.Observer
 	}
-	limits := &limitSeries{vec: c.byLimit, name: name, max: c.maxLimits, logger: c.logger, seen: map[tierlimit.Limit][2]prometheus.Counter{}}
+	limits := newLimitSeries(c.byLimit, name, c.maxLimits, c.logger)
 	var known [4]series
 	for s := range known {
 		src := tierlimit.Source(s).String()
