@@ -219,12 +219,13 @@ func (in *Interceptor) decide(ctx context.Context, method string, rules []*rule,
 			}
 			cost = n
 		}
+		peek := denied
 		res, err := ru.lim.AllowN(ctx, key, cost)
 		switch {
 		case err == nil:
 			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost})
 			denied = denied || !res.Allowed
-			if in.onDecision != nil {
+			if in.onDecision != nil && !peek {
 				in.onDecision(ctx, ru.name, res)
 			}
 		case errors.Is(err, tierlimit.ErrInvalidCost):

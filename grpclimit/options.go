@@ -271,8 +271,9 @@ func WithErrorFunc(f func(ctx context.Context, fullMethod string, err error)) Op
 	})
 }
 
-// WithDecisionFunc sets a func told of every decision of every limiter
-// (see DecisionFunc).
+// WithDecisionFunc sets a func told of the decisions of the limiters (see
+// DecisionFunc), in order, up to the first denial: the peeks after it are
+// not told, so the last decision told is the one that settled the call.
 func WithDecisionFunc(f DecisionFunc) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {

@@ -248,12 +248,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			cost = n
 		}
+		peek := denied
 		res, err := ru.lim.AllowN(r.Context(), key, cost)
 		switch {
 		case err == nil:
 			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost})
 			denied = denied || !res.Allowed
-			if m.onDecision != nil {
+			if m.onDecision != nil && !peek {
 				m.onDecision(r.Context(), ru.name, res)
 			}
 		case errors.Is(err, tierlimit.ErrInvalidCost):

@@ -290,9 +290,10 @@ func WithLogger(l *slog.Logger) Option {
 // otelbridge's SpanDecision): the middleware itself imports no tracing.
 type DecisionFunc func(ctx context.Context, policy string, res tierlimit.Result)
 
-// WithDecisionFunc sets a func told of every decision of every limiter
-// (see DecisionFunc). A peek after a denial (see Middleware) is a
-// decision too.
+// WithDecisionFunc sets a func told of the decisions of the limiters (see
+// DecisionFunc), in order, up to the first denial: the peeks after it
+// (see Middleware) are not told, so the last decision told is the one
+// that settled the request.
 func WithDecisionFunc(f DecisionFunc) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {
