@@ -66,13 +66,18 @@ var streamDesc = grpc.StreamDesc{StreamName: "Stream", ClientStreams: true, Serv
 // client connected to it, with copts; both stop with the test.
 func serve(t *testing.T, opts []grpc.ServerOption, copts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
+	return serveT(t, opts, copts...)
+}
+
+func serveT(t testing.TB, opts []grpc.ServerOption, copts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	return serveOn(t, lis, func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }, opts, copts...)
 }
 
 // serveTCP is serve on a loopback TCP listener, so that calls have an IP
 // peer.
-func serveTCP(t *testing.T, opts []grpc.ServerOption, copts ...grpc.DialOption) *grpc.ClientConn {
+func serveTCP(t testing.TB, opts []grpc.ServerOption, copts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -83,7 +88,7 @@ func serveTCP(t *testing.T, opts []grpc.ServerOption, copts ...grpc.DialOption) 
 	return serveOn(t, lis, func(ctx context.Context, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }, opts, copts...)
 }
 
-func serveOn(t *testing.T, lis net.Listener, dial func(context.Context, string) (net.Conn, error), opts []grpc.ServerOption, copts ...grpc.DialOption) *grpc.ClientConn {
+func serveOn(t testing.TB, lis net.Listener, dial func(context.Context, string) (net.Conn, error), opts []grpc.ServerOption, copts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	srv := grpc.NewServer(opts...)
 	srv.RegisterService(&echoDesc, nil)

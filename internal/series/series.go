@@ -68,6 +68,27 @@ func (s *Set[T]) Get(l tierlimit.Limit) (series T, overflow bool) {
 	return s.add(l)
 }
 
+// Range calls f with each label and its series, Other's last if made,
+// outside the Set's lock: f may take its time.
+func (s *Set[T]) Range(f func(label string, series T)) {
+	type entry struct {
+		label  string
+		series T
+	}
+	s.mu.RLock()
+	all := make([]entry, 0, len(s.seen)+1)
+	for l, series := range s.seen {
+		all = append(all, entry{l.String(), series})
+	}
+	if s.hasOther {
+		all = append(all, entry{Other, s.other})
+	}
+	s.mu.RUnlock()
+	for _, e := range all {
+		f(e.label, e.series)
+	}
+}
+
 func (s *Set[T]) add(l tierlimit.Limit) (T, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -33,6 +33,11 @@ func TestSet(t *testing.T) {
 	if len(made) != 3 {
 		t.Errorf("New called for %q, want once per label (3)", made)
 	}
+	ranged := map[string]string{}
+	s.Range(func(label, series string) { ranged[label] = series })
+	if len(ranged) != 3 || ranged["1/1s"] != "1/1s" || ranged["2/1s"] != "2/1s" || ranged[Other] != Other {
+		t.Errorf("Range saw %v, want the 3 labels and their series", ranged)
+	}
 }
 
 // TestSetBounded checks the bound under 10,000 distinct limits asked

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -54,58 +55,71 @@ const (
 )
 
 // Bridge records what limiters do through the OpenTelemetry metric API. It
-// hands out Observers (Observer) that record decisions, Redis calls and
-// breaker changes as they happen, and reads the token ledger, breaker
-// state and fleet size of hybrid limiters when the metrics are collected
-// (WatchHybrid). Every instrument has the tierlimit.limiter attribute.
+// hands out Observers (Observer) that count decisions and record Redis
+// calls and breaker changes as they happen, and reads the token ledger,
+// breaker state and fleet size of hybrid limiters when the metrics are
+// collected (WatchHybrid). Every instrument has the tierlimit.limiter
+// attribute.
 //
 // From Observers:
 //
-//	tierlimit.rate_limiting.decisions          counter    {decision}  limiter, source, result
-//	tierlimit.rate_limiting.limit_decisions    counter    {decision}  limiter, limit (at most WithMaxLimits, then "other"), result
-//	tierlimit.rate_limiting.decision.duration  histogram  s           limiter, source
-//	tierlimit.redis.calls                      counter    {call}      limiter, op (every call, failed or not)
-//	tierlimit.redis.errors                     counter    {call}      limiter, op
-//	tierlimit.redis.call.duration              histogram  s           limiter, op
+//	tierlimit.rate_limiting.decisions          counter    {decision}   limiter, source, result
+//	tierlimit.rate_limiting.limit_decisions    counter    {decision}   limiter, limit (at most WithMaxLimits, then "other"), result
+//	tierlimit.rate_limiting.decision.duration  histogram  s            limiter, source (see below)
+//	tierlimit.redis.calls                      counter    {call}       limiter, op (every call, failed or not)
+//	tierlimit.redis.errors                     counter    {call}       limiter, op
+//	tierlimit.redis.call.duration              histogram  s            limiter, op
 //	tierlimit.breaker.transitions              counter    {transition} limiter, from, to
-//	tierlimit.redis.eviction_risk              gauge      1           limiter (1 may evict, 0 cannot, -1 unknown)
-//	tierlimit.redis.evicted_keys               gauge      {key}       limiter
+//	tierlimit.redis.eviction_risk              gauge      1            limiter (1 may evict, 0 cannot, -1 unknown)
+//	tierlimit.redis.evicted_keys               gauge      {key}        limiter
 //
-// Fallback decisions are the decisions with source "fallback". From
-// hybrid limiters, when collected (see hybrid.Stats; the ledger balances
-// as leased = spent + refunded + lost + held):
+// Fallback decisions are the decisions with source "fallback". The two
+// decision counters are counted in process and read when collected
+// (asynchronous counters), so that a decision from a lease costs an atomic
+// add, not a measurement (BenchmarkDecision). For the same reason the
+// duration histogram records the decisions that waited on Redis (source
+// remote) only, unless WithAllDurations: an in-process decision takes
+// well under a microsecond, less than recording its duration would. From
+// hybrid limiters, when collected (see hybrid.Stats; the ledger balances as
+// leased = spent + refunded + lost + held):
 //
 //	tierlimit.hybrid.tokens.leased    counter  {token}
 //	tierlimit.hybrid.tokens.spent     counter  {token}
 //	tierlimit.hybrid.tokens.refunded  counter  {token}
 //	tierlimit.hybrid.tokens.lost      counter  {token}
 //	tierlimit.hybrid.tokens.held      gauge    {token}
-//	tierlimit.breaker.state           gauge    1        limiter, state: 1 for the current state, 0 for the others
+//	tierlimit.breaker.state           gauge    1           limiter, state: 1 for the current state, 0 for the others
 //	tierlimit.breaker.opens           counter  {open}
 //	tierlimit.hybrid.instances        gauge    {instance}
 //
-// A Bridge is safe for concurrent use and must not be copied.
+// A Bridge is safe for concurrent use and must not be copied. Close stops
+// its collection callback.
 type Bridge struct {
-	meter     metric.Meter
-	maxLimits int
-	logger    *slog.Logger
+	maxLimits    int
+	allDurations bool
+	logger       *slog.Logger
 
-	decisions, byLimit, calls, callErrs, transitions metric.Int64Counter
-	decisionLat, callLat                             metric.Float64Histogram
-	evictRisk, evicted                               metric.Int64Gauge
+	calls, callErrs, transitions metric.Int64Counter
+	decisionLat, callLat         metric.Float64Histogram
+	evictRisk, evicted           metric.Int64Gauge
 
+	decisions, byLimit                   metric.Int64ObservableCounter
 	leased, spent, refunded, lost, opens metric.Int64ObservableCounter
 	held, breaker, instances             metric.Int64ObservableGauge
 
-	// mu guards watched; the callback reads the limiters outside it.
+	reg metric.Registration
+
+	// mu guards named and watched; the callback reads them outside it.
 	mu      sync.Mutex
+	named   map[string]*limiterCounts
 	watched map[string]*hybrid.Limiter
-	reg     metric.Registration // nil until the first WatchHybrid
+	closed  bool
 }
 
 // New returns a Bridge recording to a Meter of mp (scope ScopeName). It
 // returns an error wrapping tierlimit.ErrInvalidOption for a nil provider
-// or a nil or bad option, and the error of an instrument mp cannot make.
+// or a nil or bad option, and the error of an instrument or callback mp
+// cannot make.
 func New(mp metric.MeterProvider, opts ...Option) (*Bridge, error) {
 	if mp == nil {
 		return nil, invalid("nil meter provider")
@@ -120,7 +134,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Bridge, error) {
 		}
 	}
 	m := mp.Meter(ScopeName)
-	b := &Bridge{meter: m, maxLimits: cfg.maxLimits, logger: cfg.logger, watched: map[string]*hybrid.Limiter{}}
+	b := &Bridge{maxLimits: cfg.maxLimits, allDurations: cfg.allDurations, logger: cfg.logger,
+		named: map[string]*limiterCounts{}, watched: map[string]*hybrid.Limiter{}}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -138,8 +153,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Bridge, error) {
 		errs = append(errs, err)
 		return g
 	}
-	obsCounter := func(name, desc string) metric.Int64ObservableCounter {
-		c, err := m.Int64ObservableCounter(name, metric.WithUnit("{token}"), metric.WithDescription(desc))
+	obsCounter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		errs = append(errs, err)
 		return c
 	}
@@ -148,8 +163,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Bridge, error) {
 		errs = append(errs, err)
 		return g
 	}
-	b.decisions = counter("tierlimit.rate_limiting.decisions", "{decision}", "Decisions made, by the tier that made them and their result.")
-	b.byLimit = counter("tierlimit.rate_limiting.limit_decisions", "{decision}", "Decisions made, by the limit that decided them and their result.")
+	b.decisions = obsCounter("tierlimit.rate_limiting.decisions", "{decision}", "Decisions made, by the tier that made them and their result.")
+	b.byLimit = obsCounter("tierlimit.rate_limiting.limit_decisions", "{decision}", "Decisions made, by the limit that decided them and their result.")
 	b.decisionLat = histogram("tierlimit.rate_limiting.decision.duration", "Time from a call to its decision.", series.DecisionBuckets())
 	b.calls = counter("tierlimit.redis.calls", "{call}", "Round trips to Redis (script calls and pipelines), failed or not.")
 	b.callErrs = counter("tierlimit.redis.errors", "{call}", "Round trips to Redis that failed or ran out of time.")
@@ -157,56 +172,96 @@ func New(mp metric.MeterProvider, opts ...Option) (*Bridge, error) {
 	b.transitions = counter("tierlimit.breaker.transitions", "{transition}", "Changes of state of the circuit breaker in front of Redis.")
 	b.evictRisk = gauge("tierlimit.redis.eviction_risk", "1", "1 when the Redis server may evict limiter keys, 0 when it cannot, -1 when unknown.")
 	b.evicted = gauge("tierlimit.redis.evicted_keys", "{key}", "Keys the Redis server evicted since it started, as last read.")
-	b.leased = obsCounter("tierlimit.hybrid.tokens.leased", "Tokens claimed from Redis into leases.")
-	b.spent = obsCounter("tierlimit.hybrid.tokens.spent", "Leased tokens that admitted a request.")
-	b.refunded = obsCounter("tierlimit.hybrid.tokens.refunded", "Leased tokens given back to Redis unspent.")
-	b.lost = obsCounter("tierlimit.hybrid.tokens.lost", "Leased tokens that could not be refunded; never spent.")
+	b.leased = obsCounter("tierlimit.hybrid.tokens.leased", "{token}", "Tokens claimed from Redis into leases.")
+	b.spent = obsCounter("tierlimit.hybrid.tokens.spent", "{token}", "Leased tokens that admitted a request.")
+	b.refunded = obsCounter("tierlimit.hybrid.tokens.refunded", "{token}", "Leased tokens given back to Redis unspent.")
+	b.lost = obsCounter("tierlimit.hybrid.tokens.lost", "{token}", "Leased tokens that could not be refunded; never spent.")
+	b.opens = obsCounter("tierlimit.breaker.opens", "{open}", "Times the circuit breaker opened.")
 	b.held = obsGauge("tierlimit.hybrid.tokens.held", "{token}", "Tokens in leases now.")
 	b.breaker = obsGauge("tierlimit.breaker.state", "1", "State of the circuit breaker in front of Redis: 1 for the current state.")
 	b.instances = obsGauge("tierlimit.hybrid.instances", "{instance}", "Live instances of the fleet, as last seen in Redis.")
-	opens, err := m.Int64ObservableCounter("tierlimit.breaker.opens", metric.WithUnit("{open}"),
-		metric.WithDescription("Times the circuit breaker opened."))
-	b.opens = opens
-	if err := errors.Join(append(errs, err)...); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	reg, err := m.RegisterCallback(b.observe, b.decisions, b.byLimit,
+		b.leased, b.spent, b.refunded, b.lost, b.opens, b.held, b.breaker, b.instances)
+	if err != nil {
+		return nil, err
+	}
+	b.reg = reg
 	return b, nil
 }
 
-// sourceCount is the number of known sources, which get their attribute
-// sets made once.
+// sourceCount is the number of known sources; a Source beyond them is
+// counted as "unknown".
 const sourceCount = 4
 
-// decisionSets are one limiter's precomputed options, so that a decision
-// makes no attribute set: an allocation each (BenchmarkDecision).
-type decisionSets struct {
-	counts  [sourceCount][2][]metric.AddOption // [source][allowed]
-	latency [sourceCount][]metric.RecordOption
+// limiterCounts are the decisions of the Observers of one name, counted
+// in process and read by the collection callback.
+type limiterCounts struct {
+	name    string
+	counts  [sourceCount + 1][2]atomic.Int64 // [source, or unknown][allowed]
+	limits  series.Set[*[2]atomic.Int64]     // [allowed]
+	latency [sourceCount + 1][]metric.RecordOption
+
+	// last is the limit of the last decision and its counts: a hot key's
+	// decisions skip the Set's lock and map (BenchmarkDecision).
+	last atomic.Pointer[lastLimit]
 }
+
+type lastLimit struct {
+	limit  tierlimit.Limit
+	counts *[2]atomic.Int64
+}
+
+// limitCounts returns the counts of l.
+func (lc *limiterCounts) limitCounts(l tierlimit.Limit, b *Bridge) *[2]atomic.Int64 {
+	if e := lc.last.Load(); e != nil && e.limit == l {
+		return e.counts
+	}
+	c, overflow := lc.limits.Get(l)
+	if overflow {
+		logline.Or(b.logger).Warn("tierlimit: otelbridge: more distinct limits than WithMaxLimits; later ones are counted as \"other\"",
+			slog.String("limiter", lc.name), slog.Int("max_limits", b.maxLimits))
+	}
+	lc.last.Store(&lastLimit{l, c})
+	return c
+}
+
+// counts returns the counts of name, made on first use.
+func (b *Bridge) countsOf(name string) *limiterCounts {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if lc := b.named[name]; lc != nil {
+		return lc
+	}
+	lc := &limiterCounts{name: name}
+	lc.limits = series.Set[*[2]atomic.Int64]{Max: b.maxLimits, New: func(string) *[2]atomic.Int64 { return new([2]atomic.Int64) }}
+	lim := AttrLimiter.String(name)
+	for s := range lc.latency {
+		lc.latency[s] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(lim, AttrSource.String(sourceName(s))))}
+	}
+	b.named[name] = lc
+	return lc
+}
+
+// sourceName is the source attribute of counts[s].
+func sourceName(s int) string {
+	if s < sourceCount {
+		return tierlimit.Source(s).String()
+	}
+	return "unknown"
+}
+
+var resultNames = [2]string{ResultRejected, ResultAcquired}
 
 // Observer returns an Observer that records into b under
 // tierlimit.limiter=name. Pass it to a limiter's WithObserver option.
 // Observers of one name share their series.
 func (b *Bridge) Observer(name string) *tierlimit.Observer {
 	name = strings.ToValidUTF8(name, "\uFFFD")
+	lc := b.countsOf(name)
 	lim := AttrLimiter.String(name)
-	var sets decisionSets
-	for s := range sourceCount {
-		src := AttrSource.String(tierlimit.Source(s).String())
-		sets.counts[s][0] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lim, src, AttrResult.String(ResultRejected)))}
-		sets.counts[s][1] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lim, src, AttrResult.String(ResultAcquired)))}
-		sets.latency[s] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(lim, src))}
-	}
-	limits := &series.Set[[2][]metric.AddOption]{
-		Max: b.maxLimits,
-		New: func(label string) [2][]metric.AddOption {
-			l := AttrLimit.String(label)
-			return [2][]metric.AddOption{
-				{metric.WithAttributeSet(attribute.NewSet(lim, l, AttrResult.String(ResultRejected)))},
-				{metric.WithAttributeSet(attribute.NewSet(lim, l, AttrResult.String(ResultAcquired)))},
-			}
-		},
-	}
 	limOnly := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(lim))}
 	ctx := context.Background()
 	return &tierlimit.Observer{
@@ -215,27 +270,15 @@ func (b *Bridge) Observer(name string) *tierlimit.Observer {
 			if d.Allowed {
 				allowed = 1
 			}
-			if int(d.Source) < sourceCount {
-				b.decisions.Add(ctx, 1, sets.counts[d.Source][allowed]...)
-				b.decisionLat.Record(ctx, d.Latency.Seconds(), sets.latency[d.Source]...)
-			} else {
-				src := AttrSource.String(d.Source.String())
-				res := AttrResult.String(ResultRejected)
-				if d.Allowed {
-					res = AttrResult.String(ResultAcquired)
-				}
-				b.decisions.Add(ctx, 1, metric.WithAttributes(lim, src, res))
-				b.decisionLat.Record(ctx, d.Latency.Seconds(), metric.WithAttributes(lim, src))
+			src := min(int(d.Source), sourceCount)
+			lc.counts[src][allowed].Add(1)
+			if b.allDurations || d.Source == tierlimit.SourceRemote {
+				b.decisionLat.Record(ctx, d.Latency.Seconds(), lc.latency[src]...)
 			}
 			if d.Limit == (tierlimit.Limit{}) {
 				return
 			}
-			opts, overflow := limits.Get(d.Limit)
-			if overflow {
-				logline.Or(b.logger).Warn("tierlimit: otelbridge: more distinct limits than WithMaxLimits; later ones are counted as \"other\"",
-					slog.String("limiter", name), slog.Int("max_limits", b.maxLimits))
-			}
-			b.byLimit.Add(ctx, 1, opts[allowed]...)
+			lc.limitCounts(d.Limit, b)[allowed].Add(1)
 		},
 		RedisCall: func(rc tierlimit.RedisCall) {
 			attrs := metric.WithAttributes(lim, AttrOp.String(strings.ToValidUTF8(rc.Op, "\uFFFD")))

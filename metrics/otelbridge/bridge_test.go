@@ -211,8 +211,9 @@ func TestBoundedAttributes(t *testing.T) {
 			t.Errorf("WithMaxLimits(%d): %d limit values, %d decisions, %d other; want %d, 10000, %d",
 				max, len(got), total, got["other"], wantValues, 10_000-max)
 		}
-		if n := len(sums(t, reader, "tierlimit.rate_limiting.decisions", AttrSource, AttrResult)); n != 2 {
-			t.Errorf("decisions has %d attribute sets, want 2", n)
+		// Every known source and result, counted or not: 4 × 2.
+		if n := len(sums(t, reader, "tierlimit.rate_limiting.decisions", AttrSource, AttrResult)); n != 8 {
+			t.Errorf("decisions has %d attribute sets, want 8", n)
 		}
 	}
 }

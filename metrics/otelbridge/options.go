@@ -29,8 +29,9 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	maxLimits int
-	logger    *slog.Logger
+	maxLimits    int
+	allDurations bool
+	logger       *slog.Logger
 }
 
 func invalid(format string, args ...any) error {
@@ -60,6 +61,18 @@ func WithLogger(l *slog.Logger) Option {
 			return invalid("nil logger")
 		}
 		c.logger = l
+		return nil
+	})
+}
+
+// WithAllDurations records the duration of every decision in
+// tierlimit.rate_limiting.decision.duration, the in-process ones too
+// (sources local, blocked and fallback), at the cost of a histogram
+// measurement on each. By default only the decisions that waited on Redis
+// (source remote) are recorded.
+func WithAllDurations() Option {
+	return optionFunc(func(c *config) error {
+		c.allDurations = true
 		return nil
 	})
 }

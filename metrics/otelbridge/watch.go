@@ -3,6 +3,7 @@ package otelbridge
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -16,8 +17,7 @@ import (
 // tierlimit.limiter=name, read from l.Stats each time the metrics are
 // collected. Its decisions and Redis calls come from an Observer
 // (hybrid.WithObserver(b.Observer(name))). It returns an error wrapping
-// tierlimit.ErrInvalidOption for a nil limiter or a name already
-// watched, and the meter's error if the callback cannot be registered.
+// tierlimit.ErrInvalidOption for a nil limiter or a name already watched.
 func (b *Bridge) WatchHybrid(name string, l *hybrid.Limiter) error {
 	if l == nil {
 		return invalid("nil hybrid limiter %q", name)
@@ -28,42 +28,55 @@ func (b *Bridge) WatchHybrid(name string, l *hybrid.Limiter) error {
 	if b.watched[name] != nil {
 		return invalid("hybrid limiter %q is already watched", name)
 	}
-	if b.reg == nil {
-		reg, err := b.meter.RegisterCallback(b.observe,
-			b.leased, b.spent, b.refunded, b.lost, b.opens, b.held, b.breaker, b.instances)
-		if err != nil {
-			return err
-		}
-		b.reg = reg
-	}
 	b.watched[name] = l
 	return nil
 }
 
-// Close stops reading the hybrid limiters WatchHybrid named. It is safe
-// to call twice.
+// Close stops the collection callback: the decision counters and the
+// hybrid limiters are no longer read. It is safe to call twice.
 func (b *Bridge) Close() error {
 	b.mu.Lock()
-	reg := b.reg
-	b.reg = nil
-	b.watched = map[string]*hybrid.Limiter{}
+	closed := b.closed
+	b.closed = true
 	b.mu.Unlock()
-	if reg == nil {
+	if closed {
 		return nil
 	}
-	return reg.Unregister()
+	return b.reg.Unregister()
 }
 
 var breakerStates = []tierlimit.BreakerState{tierlimit.BreakerClosed, tierlimit.BreakerHalfOpen, tierlimit.BreakerOpen}
 
-// observe is the callback of the hybrid instruments.
+// observe is the collection callback: it reads the decision counts and
+// the hybrid limiters, outside b.mu.
 func (b *Bridge) observe(_ context.Context, o metric.Observer) error {
 	b.mu.Lock()
+	named := make([]*limiterCounts, 0, len(b.named))
+	for _, lc := range b.named {
+		named = append(named, lc)
+	}
 	watched := make(map[string]*hybrid.Limiter, len(b.watched))
 	for n, l := range b.watched {
 		watched[n] = l
 	}
 	b.mu.Unlock()
+	for _, lc := range named {
+		lim := AttrLimiter.String(lc.name)
+		for s := range lc.counts {
+			for a := range lc.counts[s] {
+				if v := lc.counts[s][a].Load(); v != 0 || s < sourceCount {
+					o.ObserveInt64(b.decisions, v, metric.WithAttributes(lim,
+						AttrSource.String(sourceName(s)), AttrResult.String(resultNames[a])))
+				}
+			}
+		}
+		lc.limits.Range(func(label string, c *[2]atomic.Int64) {
+			for a := range c {
+				o.ObserveInt64(b.byLimit, c[a].Load(), metric.WithAttributes(lim,
+					AttrLimit.String(label), AttrResult.String(resultNames[a])))
+			}
+		})
+	}
 	for name, l := range watched {
 		s := l.Stats()
 		lim := metric.WithAttributes(AttrLimiter.String(name))
