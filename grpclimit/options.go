@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/chain"
 	"github.com/tierlimit/tierlimit/internal/clientip"
 )
 
@@ -21,8 +22,6 @@ const (
 	// DefaultIPv6Prefix is the prefix length an IPv6 peer is keyed by:
 	// one customer usually holds a whole /64.
 	DefaultIPv6Prefix = 64
-	// maxPolicyLen bounds policy names, so that messages stay short.
-	maxPolicyLen = 64
 )
 
 // The metadata keys a trusted proxy may name the client in; see
@@ -94,19 +93,8 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: grpclimit: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
 }
 
-// checkPolicy reports whether name may name a limiter: 1 to 64 printable
-// ASCII characters.
-func checkPolicy(name string) error {
-	if name == "" || len(name) > maxPolicyLen {
-		return invalid("policy name %q must be 1 to %d characters", name, maxPolicyLen)
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x20 || name[i] > 0x7e {
-			return invalid("policy name %q must be printable ASCII", name)
-		}
-	}
-	return nil
-}
+// checkPolicy reports whether name may name a policy (chain.CheckPolicy).
+func checkPolicy(name string) error { return chain.CheckPolicy("grpclimit", name) }
 
 // WithName sets the name of the limiter given to New (default
 // DefaultPolicy), which its denials name: 1 to 64 printable ASCII

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/logtest"
 )
 
 // ok is the handler behind the middleware in the tests.
@@ -509,19 +509,12 @@ func TestLimiterErrors(t *testing.T) {
 // logEvery, saying which way the middleware fails, and nothing reaches the
 // default logger; without WithLogger, the default logger has them.
 func TestLimiterErrorsLogged(t *testing.T) {
-	for _, withLogger := range []bool{true, false} {
-		var own, global bytes.Buffer
-		prev := slog.Default()
-		slog.SetDefault(slog.New(slog.NewTextHandler(&global, nil)))
-		t.Cleanup(func() { slog.SetDefault(prev) })
+	logtest.Check(t, 1, []string{"level=WARN", "failing=open", "WRONGPASS"}, func(logger *slog.Logger) {
 		lim := newFake(tierlimit.PerMinute(1), time.Second, time.Second)
 		lim.err = fmt.Errorf("hybrid: %w: WRONGPASS", tierlimit.ErrMisconfigured)
 		var opts []Option
-		want, quiet := &own, &global
-		if withLogger {
-			opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(&own, nil))))
-		} else {
-			want, quiet = &global, &own
+		if logger != nil {
+			opts = append(opts, WithLogger(logger))
 		}
 		m := mustNew(t, lim, opts...)
 		for i := 0; i < 100; i++ {
@@ -529,18 +522,7 @@ func TestLimiterErrorsLogged(t *testing.T) {
 				t.Fatalf("request %d: got %d, want 200 (fail open)", i, w.Code)
 			}
 		}
-		slog.SetDefault(prev)
-		got := want.String()
-		if n := strings.Count(got, "\n"); n != 1 {
-			t.Errorf("WithLogger %v: %d log lines for 100 failures in a burst, want 1:\n%s", withLogger, n, got)
-		}
-		if !strings.Contains(got, "failing=open") || !strings.Contains(got, "WRONGPASS") {
-			t.Errorf("WithLogger %v: log line %q: want the policy and the error", withLogger, got)
-		}
-		if quiet.Len() != 0 {
-			t.Errorf("WithLogger %v: the other logger got %q, want nothing", withLogger, quiet.String())
-		}
-	}
+	})
 }
 
 // TestCost checks that the cost func is asked and passed on, and that a

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/chain"
 	"github.com/tierlimit/tierlimit/internal/clientip"
 )
 
@@ -20,8 +21,6 @@ const (
 	// one customer usually holds a whole /64, and rotating addresses
 	// inside it must not give it more quota.
 	DefaultIPv6Prefix = 64
-	// maxPolicyLen bounds policy names, so that the fields stay short.
-	maxPolicyLen = 64
 )
 
 // The headers a trusted proxy may name the client in; see
@@ -86,19 +85,8 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: httplimit: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
 }
 
-// checkPolicy reports whether name may name a policy: 1 to 64 printable
-// ASCII characters, the alphabet of a structured-field string.
-func checkPolicy(name string) error {
-	if name == "" || len(name) > maxPolicyLen {
-		return invalid("policy name %q must be 1 to %d characters", name, maxPolicyLen)
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x20 || name[i] > 0x7e {
-			return invalid("policy name %q must be printable ASCII", name)
-		}
-	}
-	return nil
-}
+// checkPolicy reports whether name may name a policy (chain.CheckPolicy).
+func checkPolicy(name string) error { return chain.CheckPolicy("httplimit", name) }
 
 // WithName sets the policy name of the limiter given to New (default
 // DefaultPolicy): 1 to 64 printable ASCII characters, distinct from the

@@ -1,13 +1,13 @@
 package metrics
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/logtest"
 )
 
 // TestDecisionsByLimit counts decisions by the limit that decided, up to
@@ -52,27 +52,14 @@ tierlimit_limit_decisions_total{limit="other",limiter="api",result="denied"} 1
 // logged once per limiter to WithLogger's logger and nothing reaches the
 // default logger; without WithLogger, the default logger has it.
 func TestLogger(t *testing.T) {
-	for _, withLogger := range []bool{true, false} {
-		var own, global bytes.Buffer
-		prev := slog.Default()
-		slog.SetDefault(slog.New(slog.NewTextHandler(&global, nil)))
+	logtest.Check(t, 1, []string{"level=WARN", "limiter=api", "max_limits=1"}, func(logger *slog.Logger) {
 		opts := []Option{WithMaxLimits(1)}
-		want, quiet := &own, &global
-		if withLogger {
-			opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(&own, nil))))
-		} else {
-			want, quiet = &global, &own
+		if logger != nil {
+			opts = append(opts, WithLogger(logger))
 		}
 		o := mustNew(t, opts...).Observer("api")
 		for r := int64(1); r <= 5; r++ {
 			o.Decision(tierlimit.Decision{Allowed: true, Limit: tierlimit.PerSecond(r)})
 		}
-		slog.SetDefault(prev)
-		if got := want.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "limiter=api") {
-			t.Errorf("WithLogger %v: logged %q, want one line naming the limiter", withLogger, got)
-		}
-		if quiet.Len() != 0 {
-			t.Errorf("WithLogger %v: the other logger got %q, want nothing", withLogger, quiet.String())
-		}
-	}
+	})
 }

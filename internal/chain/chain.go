@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 
 	"github.com/tierlimit/tierlimit"
 )
@@ -39,4 +40,24 @@ func ShortKey(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// MaxPolicyLen bounds the names of the limiters a middleware asks, so
+// that the fields and messages that carry them stay short.
+const MaxPolicyLen = 64
+
+// CheckPolicy reports whether name may name a limiter of a middleware: 1
+// to MaxPolicyLen printable ASCII characters, the alphabet of a
+// structured-field string. The error wraps tierlimit.ErrInvalidOption and
+// starts with pkg.
+func CheckPolicy(pkg, name string) error {
+	if name == "" || len(name) > MaxPolicyLen {
+		return fmt.Errorf("%w: %s: policy name %q must be 1 to %d characters", tierlimit.ErrInvalidOption, pkg, name, MaxPolicyLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] > 0x7e {
+			return fmt.Errorf("%w: %s: policy name %q must be printable ASCII", tierlimit.ErrInvalidOption, pkg, name)
+		}
+	}
+	return nil
 }

@@ -63,7 +63,7 @@ func sums(t testing.TB, reader *sdkmetric.ManualReader, name string, keys ...att
 					if i > 0 {
 						label += ","
 					}
-					label += v.Emit()
+					label += v.String()
 				}
 				out[label] += p.Value
 			}
