@@ -140,8 +140,8 @@ func WithLimiter(name string, limiter tierlimit.Limiter, key KeyFunc) Option {
 }
 
 // WithMessageLimiter limits the messages a client sends on a stream:
-// every message the server receives costs 1 of limiter, keyed once when
-// the stream opens by key (nil: by peer address). A denied message ends
+// every message the server receives costs 1 of limiter, keyed by key with
+// the stream's context (nil: by peer address). A denied message ends
 // the stream's RecvMsg with the denial status, as a denied call's. name
 // names the limiter (as for WithName). The stream's opening is charged by
 // the other limiters, once.
