@@ -7,8 +7,8 @@
 // sends -calls calls as fast as the server lets it, and prints how long
 // each took and how many attempts the server refused:
 //
-//	go run ./examples/grpcserver
-//	go run ./examples/grpcserver -rate 5 -calls 12
+//	cd examples/grpcserver && go run .
+//	go run . -rate 5 -calls 12
 package main
 
 import (
