@@ -142,13 +142,11 @@ func WithLimiter(name string, limiter tierlimit.Limiter, key KeyFunc) Option {
 // elements and 4 KiB; see Middleware.
 func WithTrustedProxies(cidrs ...string) Option {
 	return optionFunc(func(c *config) error {
-		for _, s := range cidrs {
-			p, err := clientip.ParsePrefix(s)
-			if err != nil {
-				return invalid("trusted proxy %q is not an address or CIDR", s)
-			}
-			c.trusted = append(c.trusted, p)
+		trusted, err := clientip.AppendTrusted(c.trusted, cidrs)
+		if err != nil {
+			return invalid("%v", err)
 		}
+		c.trusted = trusted
 		return nil
 	})
 }

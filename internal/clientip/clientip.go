@@ -5,6 +5,7 @@
 package clientip
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 )
@@ -164,9 +165,22 @@ func ParseHost(s string) (netip.Addr, bool) {
 	return a, err == nil
 }
 
-// ParsePrefix parses a trusted proxy: a CIDR such as "10.0.0.0/8" or a
-// single address, IPv4-mapped prefixes and addresses as IPv4.
-func ParsePrefix(s string) (netip.Prefix, error) {
+// AppendTrusted appends to dst the trusted proxies cidrs names: CIDRs
+// such as "10.0.0.0/8" or single addresses, IPv4-mapped prefixes and
+// addresses as IPv4. The error names the first that is neither.
+func AppendTrusted(dst []netip.Prefix, cidrs []string) ([]netip.Prefix, error) {
+	for _, s := range cidrs {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return dst, fmt.Errorf("trusted proxy %q is not an address or CIDR", s)
+		}
+		dst = append(dst, p)
+	}
+	return dst, nil
+}
+
+// parsePrefix parses one trusted proxy (see AppendTrusted).
+func parsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
