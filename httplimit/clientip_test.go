@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"fmt"
+	"github.com/tierlimit/tierlimit/internal/clientip"
 	"net/http"
 	"runtime"
 	"strings"
@@ -164,7 +165,7 @@ func appendHop(header string, lines []string, addr string) []string {
 func clone(lines []string) []string { return append([]string(nil), lines...) }
 
 // TestWalkBounds checks where the walk of a proxy header stops: after
-// maxElems elements, or maxHeaderBytes from the right end of the header,
+// clientip.MaxElems elements, or clientip.MaxHeaderBytes from the right end of the header,
 // keying the request as its peer; within them, the client is found.
 func TestWalkBounds(t *testing.T) {
 	const peer = "10.1.2.3"
@@ -176,20 +177,20 @@ func TestWalkBounds(t *testing.T) {
 		lines []string
 		want  string
 	}{
-		{"client behind maxElems-1 trusted hops", []string{"198.51.100.1, " + hops(maxElems-1)}, "198.51.100.1"},
-		{"client behind maxElems trusted hops", []string{"198.51.100.1, " + hops(maxElems)}, peer},
-		{"maxElems trusted hops: the left-most", []string{"10.0.0.4, " + hops(maxElems-1)}, "10.0.0.4"},
-		{"maxElems+1 trusted hops", []string{hops(maxElems + 1)}, peer},
-		{"hops over several lines", []string{"198.51.100.1", hops(maxElems / 2), hops(maxElems / 2)}, peer},
-		{"an empty element counts", []string{"198.51.100.1,," + hops(maxElems-2)}, "198.51.100.1"},
-		{"empty elements count", []string{"198.51.100.1,,," + hops(maxElems-2)}, peer},
-		{"an empty line counts", []string{"198.51.100.1", "", hops(maxElems - 1)}, peer},
-		{"client within maxHeaderBytes", []string{"198.51.100.1," + pad(maxHeaderBytes-len("198.51.100.1,"))}, "198.51.100.1"},
+		{"client behind clientip.MaxElems-1 trusted hops", []string{"198.51.100.1, " + hops(clientip.MaxElems-1)}, "198.51.100.1"},
+		{"client behind clientip.MaxElems trusted hops", []string{"198.51.100.1, " + hops(clientip.MaxElems)}, peer},
+		{"clientip.MaxElems trusted hops: the left-most", []string{"10.0.0.4, " + hops(clientip.MaxElems-1)}, "10.0.0.4"},
+		{"clientip.MaxElems+1 trusted hops", []string{hops(clientip.MaxElems + 1)}, peer},
+		{"hops over several lines", []string{"198.51.100.1", hops(clientip.MaxElems / 2), hops(clientip.MaxElems / 2)}, peer},
+		{"an empty element counts", []string{"198.51.100.1,," + hops(clientip.MaxElems-2)}, "198.51.100.1"},
+		{"empty elements count", []string{"198.51.100.1,,," + hops(clientip.MaxElems-2)}, peer},
+		{"an empty line counts", []string{"198.51.100.1", "", hops(clientip.MaxElems - 1)}, peer},
+		{"client within clientip.MaxHeaderBytes", []string{"198.51.100.1," + pad(clientip.MaxHeaderBytes-len("198.51.100.1,"))}, "198.51.100.1"},
 		// The walk reads "98.51.100.1": an address, but not the element.
-		{"client cut by maxHeaderBytes", []string{"198.51.100.1," + pad(maxHeaderBytes-len("98.51.100.1,"))}, peer},
-		{"client past maxHeaderBytes", []string{"198.51.100.1," + strings.Repeat(" ", maxHeaderBytes) + "10.0.0.5"}, peer},
-		{"bytes over several lines", []string{"198.51.100.1", strings.Repeat(" ", maxHeaderBytes/2), strings.Repeat(" ", maxHeaderBytes/2)}, peer},
-		{"empty lines count", append([]string{"198.51.100.1"}, make([]string, maxHeaderBytes)...), peer},
+		{"client cut by clientip.MaxHeaderBytes", []string{"198.51.100.1," + pad(clientip.MaxHeaderBytes-len("98.51.100.1,"))}, peer},
+		{"client past clientip.MaxHeaderBytes", []string{"198.51.100.1," + strings.Repeat(" ", clientip.MaxHeaderBytes) + "10.0.0.5"}, peer},
+		{"bytes over several lines", []string{"198.51.100.1", strings.Repeat(" ", clientip.MaxHeaderBytes/2), strings.Repeat(" ", clientip.MaxHeaderBytes/2)}, peer},
+		{"empty lines count", append([]string{"198.51.100.1"}, make([]string, clientip.MaxHeaderBytes)...), peer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := &mustNew(t, &constLimiter{}, WithTrustedProxies("10.0.0.0/8")).ip

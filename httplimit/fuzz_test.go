@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"github.com/tierlimit/tierlimit/internal/clientip"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -10,59 +11,61 @@ import (
 
 // fuzzResolver trusts one IPv4 and one IPv6 range, as the seeds use.
 func fuzzResolver(forwarded bool) *resolver {
-	rs := &resolver{header: HeaderXForwardedFor, v6bits: DefaultIPv6Prefix}
+	header := HeaderXForwardedFor
 	if forwarded {
-		rs.header = HeaderForwarded
+		header = HeaderForwarded
 	}
+	var trusted []netip.Prefix
 	for _, s := range []string{"10.0.0.0/8", "2001:db8:ffff::/48"} {
-		rs.trusted = append(rs.trusted, netip.MustParsePrefix(s))
+		trusted = append(trusted, netip.MustParsePrefix(s))
 	}
-	return rs
+	rs := newResolver(trusted, header, DefaultIPv6Prefix)
+	return &rs
 }
 
 // refClientIP is a plain restatement of the walk, for headers shorter than
-// maxHeaderBytes: split every line on commas, walk right to left at most
-// maxElems elements, skipping empty ones.
+// clientip.MaxHeaderBytes: split every line on commas, walk right to left at most
+// clientip.MaxElems elements, skipping empty ones.
 func refClientIP(rs *resolver, remote string, lines []string) (string, bool) {
 	peer, ok := refParseHost(remote)
 	if !ok {
 		return remote, remote != ""
 	}
-	if !rs.isTrusted(peer) {
-		return rs.key(peer), true
+	if !rs.IsTrusted(peer) {
+		return rs.Key(peer), true
 	}
-	fwd := rs.header == HeaderForwarded
+	fwd := rs.Forwarded
 	var elems []string
 	for _, l := range lines {
 		elems = append(elems, strings.Split(l, ",")...)
 	}
 	left := ""
 	for i := len(elems) - 1; i >= 0; i-- {
-		if len(elems)-i > maxElems {
-			return rs.key(peer), true
+		if len(elems)-i > clientip.MaxElems {
+			return rs.Key(peer), true
 		}
 		e := strings.Trim(elems[i], " \t")
 		if fwd && strings.Trim(e, " \t;") == "" || e == "" {
 			continue
 		}
 		if fwd {
-			if e, ok = forwardedFor(e); !ok {
-				return rs.key(peer), true
+			if e, ok = clientip.ForwardedFor(e); !ok {
+				return rs.Key(peer), true
 			}
 		}
 		a, ok := refParseHost(e)
 		switch {
 		case !ok:
-			return rs.key(peer), true
-		case !rs.isTrusted(a):
-			return rs.key(a), true
+			return rs.Key(peer), true
+		case !rs.IsTrusted(a):
+			return rs.Key(a), true
 		}
-		left = rs.key(a)
+		left = rs.Key(a)
 	}
 	if left != "" {
 		return left, true
 	}
-	return rs.key(peer), true
+	return rs.Key(peer), true
 }
 
 // refParseHost is parseHost by trial: the whole string as an address,
@@ -125,22 +128,22 @@ func FuzzClientIP(f *testing.F) {
 		for _, rs := range []*resolver{xff, fwd} {
 			lines := r.Header[rs.header]
 			got, ok := rs.clientIP(r)
-			if len(strings.Join(lines, ",")) < maxHeaderBytes {
+			if len(strings.Join(lines, ",")) < clientip.MaxHeaderBytes {
 				if want, wantOK := refClientIP(rs, remote, lines); got != want || ok != wantOK {
 					t.Fatalf("%s %q from %q gave key %q, %v; want %q, %v", rs.header, lines, remote, got, ok, want, wantOK)
 				}
 			}
-			if _, peerOK := parseHost(remote); !peerOK {
+			if _, peerOK := clientip.ParseHost(remote); !peerOK {
 				continue
 			}
-			if a, err := netip.ParseAddr(got); err != nil || rs.key(a) != got {
+			if a, err := netip.ParseAddr(got); err != nil || rs.Key(a) != got {
 				t.Fatalf("%s %q from %q gave key %q, not a canonical client address", rs.header, lines, remote, got)
 			}
 		}
 		for _, s := range []string{remote, xffIn} {
-			a, ok := parseHost(s)
+			a, ok := clientip.ParseHost(s)
 			if refA, refOK := refParseHost(s); ok != refOK || ok && a != refA {
-				t.Fatalf("parseHost(%q) = %v, %v; want %v, %v", s, a, ok, refA, refOK)
+				t.Fatalf("clientip.ParseHost(%q) = %v, %v; want %v, %v", s, a, ok, refA, refOK)
 			}
 		}
 	})
@@ -151,7 +154,7 @@ func FuzzClientIP(f *testing.F) {
 // it as a line, the client is keyed by that address.
 func FuzzProxyAppends(f *testing.F) {
 	for _, s := range []string{`for="x`, `for="x\`, `"`, `\`, "for=10.0.0.2", `for="[::1`, "garbage;;==", "a\nb",
-		strings.Repeat("10.0.0.2, ", maxElems)} {
+		strings.Repeat("10.0.0.2, ", clientip.MaxElems)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, sent string) {

@@ -1,17 +1,15 @@
 package httplimit
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/chain"
+	"github.com/tierlimit/tierlimit/internal/logline"
 )
 
 // rule is one limiter the middleware asks.
@@ -24,12 +22,6 @@ type rule struct {
 	unit   string                    // the quota unit cost counts in
 	pk     *partitioner              // nil: no partition keys
 	names  quotaNames                // of its quotas, as the fields name them
-}
-
-// settler is a limiter that can give a charge back: every tier's
-// (local.Limiter, the remote limiters, hybrid.Limiter).
-type settler interface {
-	Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error)
 }
 
 // Middleware limits the requests of an http.Handler with one or more
@@ -123,21 +115,23 @@ type settler interface {
 // cancelled context) is passed to WithErrorFunc and then, by default, the
 // middleware fails open: that limiter is left out, from the headers too,
 // and the request goes on. WithFailClosed refuses such requests instead.
-// Without WithErrorFunc, errors are logged with the standard log package,
-// at most one line every 10 seconds.
+// Without WithErrorFunc, errors are logged to WithLogger's logger, at most
+// one line every 10 seconds.
 // A cost a limiter can never admit (tierlimit.ErrInvalidCost) denies the
 // request without Retry-After, whatever the error policy: letting it
 // through would make the limit bypassable by cost.
 type Middleware struct {
-	rules   []*rule
-	ip      resolver
-	cost    func(*http.Request) int64
-	shadow  bool
-	legacy  bool
-	denied  http.Handler
-	failed  http.Handler
-	onError func(*http.Request, error)
-	logged  atomic.Int64 // unix ns of the last default error log line
+	rules      []*rule
+	ip         resolver
+	cost       func(*http.Request) int64
+	shadow     bool
+	legacy     bool
+	denied     http.Handler
+	failed     http.Handler
+	onError    func(*http.Request, error)
+	logger     *slog.Logger // nil: slog.Default()
+	logged     logline.Every
+	onDecision DecisionFunc
 }
 
 // New returns a Middleware that asks limiter, and the limiters added with
@@ -158,14 +152,16 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		}
 	}
 	m := &Middleware{
-		rules:   append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key, unit: UnitRequests}}, cfg.extra...),
-		ip:      resolver{trusted: cfg.trusted, header: cfg.header, v6bits: cfg.v6bits},
-		cost:    cfg.cost,
-		shadow:  cfg.shadow,
-		legacy:  cfg.legacy,
-		denied:  cfg.denied,
-		failed:  cfg.failed,
-		onError: cfg.onError,
+		rules:      append([]*rule{{name: cfg.name, lim: limiter, key: cfg.key, unit: UnitRequests}}, cfg.extra...),
+		ip:         newResolver(cfg.trusted, cfg.header, cfg.v6bits),
+		cost:       cfg.cost,
+		shadow:     cfg.shadow,
+		legacy:     cfg.legacy,
+		denied:     cfg.denied,
+		failed:     cfg.failed,
+		onError:    cfg.onError,
+		logger:     cfg.logger,
+		onDecision: cfg.onDecision,
 	}
 	byName := make(map[string]*rule, len(m.rules))
 	for _, r := range m.rules {
@@ -240,9 +236,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if !ok || key == "" {
 			continue
 		}
-		if len(key) > tierlimit.MaxKeyLen {
-			key = hashKey(key)
-		}
+		key = chain.ShortKey(key)
 		var cost int64
 		switch {
 		case denied: // peek
@@ -254,11 +248,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			cost = n
 		}
+		peek := denied
 		res, err := ru.lim.AllowN(r.Context(), key, cost)
 		switch {
 		case err == nil:
 			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost})
 			denied = denied || !res.Allowed
+			if m.onDecision != nil && !peek {
+				m.onDecision(r.Context(), ru.name, res)
+			}
 		case errors.Is(err, tierlimit.ErrInvalidCost):
 			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
 			outs = append(outs, outcome{rule: ru, never: true})
@@ -299,21 +297,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // giveBack settles the charges of a refused request: each limiter that
-// admitted it gets its cost back, if it can (settler), and its outcome
+// admitted it gets its cost back, if it can (chain.Settler), and its outcome
 // shows what it holds then.
 func (m *Middleware) giveBack(r *http.Request, outs []outcome) {
 	for i := range outs {
 		o := &outs[i]
-		s, ok := o.rule.lim.(settler)
-		if !ok || !o.res.Allowed || o.cost <= 0 {
+		if !o.res.Allowed {
 			continue
 		}
-		res, err := s.Settle(r.Context(), o.key, o.cost, 0)
+		res, ok, err := chain.GiveBack(r.Context(), o.rule.lim, o.key, o.cost)
 		if err != nil {
 			m.report(r, fmt.Errorf("httplimit: policy %q: give back: %w", o.rule.name, err))
-			continue
 		}
-		o.res.Remaining = res.Remaining
+		if ok {
+			o.res.Remaining = res.Remaining
+		}
 	}
 }
 
@@ -336,10 +334,10 @@ func (m *Middleware) report(r *http.Request, err error) {
 	// logEvery: a limiter that keeps failing (tierlimit.ErrMisconfigured
 	// after a password change, say) must not leave the service unlimited
 	// in silence.
-	now := time.Now().UnixNano()
-	if last := m.logged.Load(); now-last >= int64(logEvery) && m.logged.CompareAndSwap(last, now) {
-		log.Printf("httplimit: limiter error, failing %s (logged at most every %v; WithErrorFunc to handle): %v",
-			m.policyName(), logEvery, err)
+	if m.logged.Allow(time.Now(), logEvery) {
+		logline.Or(m.logger).LogAttrs(r.Context(), slog.LevelWarn,
+			"httplimit: limiter error (logged at most every 10s; WithErrorFunc to handle)",
+			slog.String("failing", m.policyName()), slog.Any("err", err))
 	}
 }
 
@@ -352,12 +350,6 @@ func (m *Middleware) policyName() string {
 		return "closed"
 	}
 	return "open"
-}
-
-// hashKey shortens a key longer than tierlimit.MaxKeyLen to its SHA-256.
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // tooMany is the default denied handler.

@@ -1,15 +1,14 @@
 package httplimit
 
 import (
-	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/logtest"
 )
 
 // ok is the handler behind the middleware in the tests.
@@ -505,27 +505,24 @@ func TestLimiterErrors(t *testing.T) {
 }
 
 // TestLimiterErrorsLogged: without WithErrorFunc, a failing limiter is not
-// silent: its errors reach the standard logger, at most one line per
-// logEvery, saying which way the middleware fails.
+// silent: its errors reach WithLogger's logger, at most one line per
+// logEvery, saying which way the middleware fails, and nothing reaches the
+// default logger; without WithLogger, the default logger has them.
 func TestLimiterErrorsLogged(t *testing.T) {
-	var buf bytes.Buffer
-	log.SetOutput(&buf)
-	t.Cleanup(func() { log.SetOutput(os.Stderr) })
-	lim := newFake(tierlimit.PerMinute(1), time.Second, time.Second)
-	lim.err = fmt.Errorf("hybrid: %w: WRONGPASS", tierlimit.ErrMisconfigured)
-	m := mustNew(t, lim)
-	for i := 0; i < 100; i++ {
-		if w := serve(m, request("192.0.2.1:1")); w.Code != http.StatusOK {
-			t.Fatalf("request %d: got %d, want 200 (fail open)", i, w.Code)
+	logtest.Check(t, 1, []string{"level=WARN", "failing=open", "WRONGPASS"}, func(logger *slog.Logger) {
+		lim := newFake(tierlimit.PerMinute(1), time.Second, time.Second)
+		lim.err = fmt.Errorf("hybrid: %w: WRONGPASS", tierlimit.ErrMisconfigured)
+		var opts []Option
+		if logger != nil {
+			opts = append(opts, WithLogger(logger))
 		}
-	}
-	got := buf.String()
-	if n := strings.Count(got, "\n"); n != 1 {
-		t.Errorf("%d log lines for 100 failures in a burst, want 1:\n%s", n, got)
-	}
-	if !strings.Contains(got, "failing open") || !strings.Contains(got, "WRONGPASS") {
-		t.Errorf("log line %q: want the policy and the error", got)
-	}
+		m := mustNew(t, lim, opts...)
+		for i := 0; i < 100; i++ {
+			if w := serve(m, request("192.0.2.1:1")); w.Code != http.StatusOK {
+				t.Fatalf("request %d: got %d, want 200 (fail open)", i, w.Code)
+			}
+		}
+	})
 }
 
 // TestCost checks that the cost func is asked and passed on, and that a
@@ -676,6 +673,8 @@ func TestBadOptions(t *testing.T) {
 		{"nil cost", lim, []Option{WithCost(nil)}},
 		{"nil denied handler", lim, []Option{WithDeniedHandler(nil)}},
 		{"nil error func", lim, []Option{WithErrorFunc(nil)}},
+		{"nil logger", lim, []Option{WithLogger(nil)}},
+		{"nil decision func", lim, []Option{WithDecisionFunc(nil)}},
 		{"limiter cost for no limiter", lim, []Option{WithLimiterCost("user", UnitRequests, one)}},
 		{"limiter cost for the old name", lim, []Option{WithLimiterCost("default", UnitRequests, one), WithName("ip")}},
 		{"two limiter costs for one", lim, []Option{WithLimiterCost("default", UnitRequests, one), WithLimiterCost("default", UnitContentBytes, one)}},
@@ -733,5 +732,30 @@ func TestRefusedRequestGivesBack(t *testing.T) {
 		WithErrorFunc(func(*http.Request, error) {}))
 	if w := serve(closed, request(ip+":1")); w.Code != http.StatusServiceUnavailable || c.charged(ip) != 0 {
 		t.Errorf("fail-closed refusal: got %d, c charged %d; want 503, 0", w.Code, c.charged(ip))
+	}
+}
+
+// TestDecisionFunc checks that the limiters' decisions are told in order
+// up to the first denial, not the peeks after it, with the request's
+// context.
+func TestDecisionFunc(t *testing.T) {
+	type seen struct {
+		policy  string
+		allowed bool
+	}
+	var got []seen
+	tight := newFake(tierlimit.PerMinute(1), time.Second, time.Minute)
+	roomy := newFake(tierlimit.PerMinute(10), time.Second, time.Minute)
+	m := mustNew(t, tight, WithLimiter("roomy", roomy, nil), WithDecisionFunc(func(ctx context.Context, policy string, res tierlimit.Result) {
+		if ctx == nil {
+			t.Error("nil context")
+		}
+		got = append(got, seen{policy, res.Allowed})
+	}))
+	serve(m, request("192.0.2.1:1"))
+	serve(m, request("192.0.2.1:1"))
+	want := []seen{{"default", true}, {"roomy", true}, {"default", false}}
+	if !slices.Equal(got, want) {
+		t.Errorf("decisions told = %v, want %v", got, want)
 	}
 }

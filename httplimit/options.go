@@ -1,12 +1,15 @@
 package httplimit
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
-	"strings"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/chain"
+	"github.com/tierlimit/tierlimit/internal/clientip"
 )
 
 // Defaults of the options.
@@ -18,8 +21,6 @@ const (
 	// one customer usually holds a whole /64, and rotating addresses
 	// inside it must not give it more quota.
 	DefaultIPv6Prefix = 64
-	// maxPolicyLen bounds policy names, so that the fields stay short.
-	maxPolicyLen = 64
 )
 
 // The headers a trusted proxy may name the client in; see
@@ -62,39 +63,30 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 
 // config is what the options set; New turns it into a Middleware.
 type config struct {
-	name    string  // the first limiter's policy
-	key     KeyFunc // the first limiter's key; nil: the client IP
-	extra   []*rule
-	trusted []netip.Prefix
-	header  string
-	v6bits  int
-	cost    func(*http.Request) int64
-	costs   []limiterCost
-	pks     []limiterPK
-	shadow  bool
-	legacy  bool
-	denied  http.Handler
-	failed  http.Handler // nil: fail open
-	onError func(*http.Request, error)
+	name       string  // the first limiter's policy
+	key        KeyFunc // the first limiter's key; nil: the client IP
+	extra      []*rule
+	trusted    []netip.Prefix
+	header     string
+	v6bits     int
+	cost       func(*http.Request) int64
+	costs      []limiterCost
+	pks        []limiterPK
+	shadow     bool
+	legacy     bool
+	denied     http.Handler
+	failed     http.Handler // nil: fail open
+	onError    func(*http.Request, error)
+	logger     *slog.Logger
+	onDecision DecisionFunc
 }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: httplimit: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
 }
 
-// checkPolicy reports whether name may name a policy: 1 to 64 printable
-// ASCII characters, the alphabet of a structured-field string.
-func checkPolicy(name string) error {
-	if name == "" || len(name) > maxPolicyLen {
-		return invalid("policy name %q must be 1 to %d characters", name, maxPolicyLen)
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x20 || name[i] > 0x7e {
-			return invalid("policy name %q must be printable ASCII", name)
-		}
-	}
-	return nil
-}
+// checkPolicy reports whether name may name a policy (chain.CheckPolicy).
+func checkPolicy(name string) error { return chain.CheckPolicy("httplimit", name) }
 
 // WithName sets the policy name of the limiter given to New (default
 // DefaultPolicy): 1 to 64 printable ASCII characters, distinct from the
@@ -150,34 +142,13 @@ func WithLimiter(name string, limiter tierlimit.Limiter, key KeyFunc) Option {
 // elements and 4 KiB; see Middleware.
 func WithTrustedProxies(cidrs ...string) Option {
 	return optionFunc(func(c *config) error {
-		for _, s := range cidrs {
-			p, err := parsePrefix(s)
-			if err != nil {
-				return invalid("trusted proxy %q is not an address or CIDR", s)
-			}
-			c.trusted = append(c.trusted, p)
+		trusted, err := clientip.AppendTrusted(c.trusted, cidrs)
+		if err != nil {
+			return invalid("%v", err)
 		}
+		c.trusted = trusted
 		return nil
 	})
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	a = a.Unmap().WithZone("")
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // WithProxyHeader sets the header trusted proxies name the client in:
@@ -283,6 +254,38 @@ func WithErrorFunc(f func(r *http.Request, err error)) Option {
 			return invalid("nil error func")
 		}
 		c.onError = f
+		return nil
+	})
+}
+
+// WithLogger sets the logger limiter errors are logged to when there is
+// no WithErrorFunc (default: slog.Default(), read when a line is logged).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// DecisionFunc is told of every decision a limiter makes about a request,
+// on the request's goroutine, with the request's context and the
+// limiter's policy name, e.g. to add it to the request's span (package
+// otelbridge's SpanDecision): the middleware itself imports no tracing.
+type DecisionFunc func(ctx context.Context, policy string, res tierlimit.Result)
+
+// WithDecisionFunc sets a func told of the decisions of the limiters (see
+// DecisionFunc), in order, up to the first denial: the peeks after it
+// (see Middleware) are not told, so the last decision told is the one
+// that settled the request.
+func WithDecisionFunc(f DecisionFunc) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return invalid("nil decision func")
+		}
+		c.onDecision = f
 		return nil
 	})
 }

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"github.com/tierlimit/tierlimit/internal/chain"
 	"testing"
 	"time"
 
@@ -12,16 +13,16 @@ import (
 	"github.com/tierlimit/tierlimit/remote"
 )
 
-// Every tier gives a refused request's charge back (Middleware.giveBack).
+// Every tier gives a refused request's charge back (Middleware.giveBack, chain.GiveBack).
 var (
-	_ settler = (*local.Limiter)(nil)
-	_ settler = (*hybrid.Limiter)(nil)
-	_ settler = (*remote.TokenBucket)(nil)
-	_ settler = (*remote.GCRA)(nil)
-	_ settler = (*remote.FixedWindow)(nil)
-	_ settler = (*remote.AnchoredWindow)(nil)
-	_ settler = (*remote.SlidingLog)(nil)
-	_ settler = (*remote.SlidingWindow)(nil)
+	_ chain.Settler = (*local.Limiter)(nil)
+	_ chain.Settler = (*hybrid.Limiter)(nil)
+	_ chain.Settler = (*remote.TokenBucket)(nil)
+	_ chain.Settler = (*remote.GCRA)(nil)
+	_ chain.Settler = (*remote.FixedWindow)(nil)
+	_ chain.Settler = (*remote.AnchoredWindow)(nil)
+	_ chain.Settler = (*remote.SlidingLog)(nil)
+	_ chain.Settler = (*remote.SlidingWindow)(nil)
 )
 
 // TestRemoteWithLimits runs the middleware over a remote token bucket

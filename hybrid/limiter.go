@@ -144,7 +144,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if cfg.maxLease > def.capacity {
 		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, def.capacity)
 	}
-	bucketCfg := store.Config{Prefix: cfg.prefix, Extra: cfg.extra}
+	bucketCfg := store.Config{Prefix: cfg.prefix, Extra: cfg.extra, Logger: cfg.logger}
 	if o := cfg.observer; o != nil && o.Eviction != nil {
 		// The bucket reads the server's eviction settings (Stats.Eviction).
 		bucketCfg.Observer = &tierlimit.Observer{Eviction: o.Eviction}

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -67,6 +68,7 @@ type config struct {
 	probeInterval      time.Duration
 	heartbeat          time.Duration
 	observer           *tierlimit.Observer
+	logger             *slog.Logger // nil: slog.Default()
 }
 
 func defaults() config {
@@ -355,6 +357,20 @@ func WithObserver(o *tierlimit.Observer) Option {
 			return invalid("nil observer")
 		}
 		c.observer = o
+		return nil
+	})
+}
+
+// WithLogger sets the logger the limiter warns in, of a Redis server that
+// may evict its keys (default: slog.Default(), read when a line is
+// logged). A warning is logged when the risk appears or becomes unknown,
+// not on every reading.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
 		return nil
 	})
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -44,6 +45,7 @@ type Collector struct {
 	decisions   *prometheus.CounterVec
 	byLimit     *prometheus.CounterVec
 	maxLimits   int
+	logger      *slog.Logger
 	decisionLat *prometheus.HistogramVec
 	calls       *prometheus.CounterVec
 	callErrs    *prometheus.CounterVec
@@ -94,6 +96,7 @@ func New(opts ...Option) (*Collector, error) {
 		byLimit: counter("limit_decisions_total", "Decisions made, by the limit that decided them (a key's own, with per-key limits) and their result.",
 			"limiter", "limit", "result"),
 		maxLimits: cfg.maxLimits,
+		logger:    cfg.logger,
 		decisionLat: histogram("decision_duration_seconds", "Time from a call to its decision.",
 			cfg.decisionBuckets, "limiter", "source"),
 		calls:    counter("redis_calls_total", "Round trips to Redis (script calls and pipelines), failed or not.", "limiter", "op"),
@@ -133,7 +136,7 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 		allowed, denied prometheus.Counter
 		latency         prometheus.Observer
 	}
-	limits := &limitSeries{vec: c.byLimit, name: name, max: c.maxLimits, seen: map[tierlimit.Limit][2]prometheus.Counter{}}
+	limits := newLimitSeries(c.byLimit, name, c.maxLimits, c.logger)
 	var known [4]series
 	for s := range known {
 		src := tierlimit.Source(s).String()

@@ -1,66 +1,53 @@
 package metrics
 
 import (
-	"sync"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/logline"
+	"github.com/tierlimit/tierlimit/internal/series"
 )
 
 // DefaultMaxLimits is the number of distinct limits per limiter that
 // tierlimit_limit_decisions_total labels, unless WithMaxLimits says
 // otherwise.
-const DefaultMaxLimits = 32
-
-// otherLimit labels the decisions of the limits beyond the bound.
-const otherLimit = "other"
+const DefaultMaxLimits = series.DefaultMaxLimits
 
 // limitSeries counts one limiter's decisions by the limit that decided
 // (tierlimit.Decision.Limit), under a label that names at most max
-// distinct limits: a limiter with per-key limits (WithLimitFunc) may see
-// many, and a label must stay bounded.
+// distinct limits, then "other": a limiter with per-key limits
+// (WithLimitFunc) may see many, and a label must stay bounded.
 type limitSeries struct {
-	vec  *prometheus.CounterVec
-	name string
-	max  int
+	name   string
+	logger *slog.Logger                      // nil: slog.Default()
+	set    series.Set[[2]prometheus.Counter] // denied, allowed
+}
 
-	mu   sync.RWMutex
-	seen map[tierlimit.Limit][2]prometheus.Counter // denied, allowed
+func newLimitSeries(vec *prometheus.CounterVec, name string, max int, logger *slog.Logger) *limitSeries {
+	return &limitSeries{name: name, logger: logger, set: series.Set[[2]prometheus.Counter]{
+		Max: max,
+		New: func(label string) [2]prometheus.Counter {
+			return [2]prometheus.Counter{
+				vec.WithLabelValues(name, label, "denied"),
+				vec.WithLabelValues(name, label, "allowed"),
+			}
+		},
+	}}
 }
 
 func (s *limitSeries) count(d tierlimit.Decision) {
 	if d.Limit == (tierlimit.Limit{}) {
 		return
 	}
-	s.mu.RLock()
-	c, ok := s.seen[d.Limit]
-	s.mu.RUnlock()
-	if !ok {
-		c = s.add(d.Limit)
+	c, overflow := s.set.Get(d.Limit)
+	if overflow {
+		logline.Or(s.logger).Warn("tierlimit: metrics: more distinct limits than WithMaxLimits; later ones are counted as \"other\"",
+			slog.String("limiter", s.name), slog.Int("max_limits", s.set.Max))
 	}
 	if d.Allowed {
 		c[1].Inc()
 	} else {
 		c[0].Inc()
 	}
-}
-
-func (s *limitSeries) add(l tierlimit.Limit) [2]prometheus.Counter {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.seen[l]; ok {
-		return c
-	}
-	label := otherLimit
-	if len(s.seen) < s.max {
-		label = l.String()
-	}
-	c := [2]prometheus.Counter{
-		s.vec.WithLabelValues(s.name, label, "denied"),
-		s.vec.WithLabelValues(s.name, label, "allowed"),
-	}
-	if label != otherLimit {
-		s.seen[l] = c
-	}
-	return c
 }

@@ -1,11 +1,13 @@
 package metrics
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/logtest"
 )
 
 // TestDecisionsByLimit counts decisions by the limit that decided, up to
@@ -44,4 +46,20 @@ tierlimit_limit_decisions_total{limit="other",limiter="api",result="denied"} 1
 	if _, err := New(WithMaxLimits(maxMaxLimits + 1)); err == nil {
 		t.Error("New(WithMaxLimits(1025)) = nil error, want ErrInvalidOption")
 	}
+}
+
+// TestLogger checks that the bound of WithMaxLimits, once reached, is
+// logged once per limiter to WithLogger's logger and nothing reaches the
+// default logger; without WithLogger, the default logger has it.
+func TestLogger(t *testing.T) {
+	logtest.Check(t, 1, []string{"level=WARN", "limiter=api", "max_limits=1"}, func(logger *slog.Logger) {
+		opts := []Option{WithMaxLimits(1)}
+		if logger != nil {
+			opts = append(opts, WithLogger(logger))
+		}
+		o := mustNew(t, opts...).Observer("api")
+		for r := int64(1); r <= 5; r++ {
+			o.Decision(tierlimit.Decision{Allowed: true, Limit: tierlimit.PerSecond(r)})
+		}
+	})
 }

@@ -2,10 +2,12 @@ package metrics
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"regexp"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/series"
 )
 
 // DefaultNamespace begins every metric name, unless WithNamespace says
@@ -26,17 +28,16 @@ type config struct {
 	decisionBuckets []float64
 	redisBuckets    []float64
 	maxLimits       int
+	logger          *slog.Logger
 }
 
-// The default histogram buckets, in seconds. A decision from a lease or an
-// in-process limiter takes well under a microsecond and one that waits on
-// Redis a round trip, so the decision buckets span 1 µs to 100 ms; Redis
-// calls, 100 µs to 1 s.
+// defaults returns the default options; the histogram buckets, in
+// seconds, are series.DecisionBuckets and series.RedisBuckets.
 func defaults() config {
 	return config{
 		namespace:       DefaultNamespace,
-		decisionBuckets: []float64{1e-6, 1e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1},
-		redisBuckets:    []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1},
+		decisionBuckets: series.DecisionBuckets(),
+		redisBuckets:    series.RedisBuckets(),
 		maxLimits:       DefaultMaxLimits,
 	}
 }
@@ -90,7 +91,7 @@ func WithRedisBuckets(bounds ...float64) Option {
 
 // maxMaxLimits bounds WithMaxLimits: every labelled limit is a series per
 // result and limiter.
-const maxMaxLimits = 1024
+const maxMaxLimits = series.MaxMaxLimits
 
 // WithMaxLimits sets how many distinct limits per limiter
 // tierlimit_limit_decisions_total names (default DefaultMaxLimits, at most
@@ -115,4 +116,17 @@ func checkBuckets(b []float64) error {
 		}
 	}
 	return nil
+}
+
+// WithLogger sets the logger a Collector warns in (default: slog.Default(),
+// read when a line is logged): once per limiter, when it sees more
+// distinct limits than WithMaxLimits labels.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	})
 }

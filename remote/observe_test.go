@@ -147,6 +147,9 @@ func TestObserverErrors(t *testing.T) {
 	if _, err := NewTokenBucket(rdb, tierlimit.PerHour(1), WithObserver(nil)); !errors.Is(err, tierlimit.ErrInvalidOption) {
 		t.Errorf("WithObserver(nil): err = %v, want ErrInvalidOption", err)
 	}
+	if _, err := NewTokenBucket(rdb, tierlimit.PerHour(1), WithLogger(nil)); !errors.Is(err, tierlimit.ErrInvalidOption) {
+		t.Errorf("WithLogger(nil): err = %v, want ErrInvalidOption", err)
+	}
 }
 
 // TestObserverTenantCalls checks AllowAll (one "allow" call and one

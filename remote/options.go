@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
@@ -95,6 +96,20 @@ func WithObserver(o *tierlimit.Observer) Option {
 			return fmt.Errorf("%w: remote: nil observer", tierlimit.ErrInvalidOption)
 		}
 		c.Observer = o
+		return nil
+	})
+}
+
+// WithLogger sets the logger the limiter warns in, of a Redis server that
+// may evict its keys (default: slog.Default(), read when a line is
+// logged). A warning is logged when the risk appears or becomes unknown,
+// not on every reading.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *store.Config) error {
+		if l == nil {
+			return fmt.Errorf("%w: remote: nil logger", tierlimit.ErrInvalidOption)
+		}
+		c.Logger = l
 		return nil
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/logline"
 )
 
 // Every is how often a Watch reads the server again.
@@ -141,6 +142,7 @@ func Parse(info string) tierlimit.EvictionRisk {
 type Watch struct {
 	rdb    redis.UniversalClient
 	report func(tierlimit.EvictionRisk) // nil when not observed
+	logger *slog.Logger                 // nil: slog.Default()
 	next   atomic.Int64                 // unix ns before which Due is false
 	polled atomic.Bool                  // a Due check is under way
 
@@ -152,9 +154,10 @@ type Watch struct {
 // errNotRead is the Err of a Watch's risk before its first check.
 var errNotRead = errors.New("not read yet")
 
-// NewWatch returns a Watch of rdb reporting to report (may be nil).
-func NewWatch(rdb redis.UniversalClient, report func(tierlimit.EvictionRisk)) *Watch {
-	return &Watch{rdb: rdb, report: report, last: tierlimit.EvictionRisk{Err: errNotRead}}
+// NewWatch returns a Watch of rdb reporting to report (may be nil) and
+// warning of a risk in logger (nil: slog.Default()).
+func NewWatch(rdb redis.UniversalClient, report func(tierlimit.EvictionRisk), logger *slog.Logger) *Watch {
+	return &Watch{rdb: rdb, report: report, logger: logger, last: tierlimit.EvictionRisk{Err: errNotRead}}
 }
 
 // Last returns the last reading: unknown before the first check, and
@@ -211,7 +214,7 @@ func (w *Watch) Check(ctx context.Context) tierlimit.EvictionRisk {
 		return r
 	}
 	if (r.Risky() && !prev.Risky()) || (!r.Known() && (!had || prev.Known())) {
-		slog.Warn("tierlimit: " + r.String())
+		logline.Or(w.logger).Warn("tierlimit: " + r.String())
 	}
 	if w.report != nil {
 		w.report(r)

@@ -80,7 +80,7 @@ func TestWatchUnreachable(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	m.Close() // down at the first check
 	var reports []tierlimit.EvictionRisk
-	w := NewWatch(rdb, func(r tierlimit.EvictionRisk) { reports = append(reports, r) })
+	w := NewWatch(rdb, func(r tierlimit.EvictionRisk) { reports = append(reports, r) }, nil)
 	if r := w.Last(); r.Known() {
 		t.Errorf("Last before any check = %v, want unknown", r)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ type Config struct {
 	Extra    []tierlimit.Limit // limits enforced together with New's
 	Clock    tierlimit.Clock   // nil: the server's TIME
 	Observer *tierlimit.Observer
+	Logger   *slog.Logger // nil: slog.Default()
 
 	// LimitFunc, if not nil, gives each key its own limit in place of
 	// New's, per decision (AllowN, AllowAll, Settle); its zero Limit means

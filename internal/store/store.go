@@ -77,7 +77,7 @@ func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg C
 	if o := cfg.Observer; o != nil {
 		l.onDecision, l.onCall, onEviction = o.Decision, o.RedisCall, o.Eviction
 	}
-	l.watch = evict.NewWatch(rdb, onEviction)
+	l.watch = evict.NewWatch(rdb, onEviction, cfg.Logger)
 	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
 	defer cancel()
 	if r := l.watch.Check(ctx); errors.Is(r.Err, tierlimit.ErrMisconfigured) {

@@ -1,4 +1,4 @@
-package httplimit
+package clientip
 
 import "testing"
 
@@ -45,9 +45,9 @@ func TestForwardedFor(t *testing.T) {
 		{"for=192.0.2.1\x00", "", false},                      // NUL after the value
 		{"host=example.com;for=192.0.2.1", "192.0.2.1", true}, // for anywhere
 	} {
-		got, ok := forwardedFor(tc.elem)
+		got, ok := ForwardedFor(tc.elem)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("forwardedFor(%q) = %q, %v; want %q, %v", tc.elem, got, ok, tc.want, tc.ok)
+			t.Errorf("ForwardedFor(%q) = %q, %v; want %q, %v", tc.elem, got, ok, tc.want, tc.ok)
 		}
 	}
 }

@@ -1,8 +1,8 @@
-package httplimit
+package clientip
 
 import "strings"
 
-// forwardedFor returns the value of the for parameter of one element of a
+// ForwardedFor returns the value of the for parameter of one element of a
 // Forwarded field line (RFC 7239, section 4), cut at its commas:
 //
 //	forwarded-element = [ forwarded-pair ] *( ";" [ forwarded-pair ] )
@@ -11,7 +11,7 @@ import "strings"
 //
 // Optional whitespace is accepted around ';'. ok is false when the element
 // does not parse, or names for twice or not at all.
-func forwardedFor(elem string) (val string, ok bool) {
+func ForwardedFor(elem string) (val string, ok bool) {
 	found := false
 	for s := elem; ; {
 		s = strings.TrimLeft(s, " \t")
