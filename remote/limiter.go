@@ -99,7 +99,7 @@ func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (
 func (l *limiter) Reset(ctx context.Context, key string) error { return l.s.Reset(ctx, key) }
 
 // Eviction returns what the Redis server said about evicting keys when last
-// read: at New (within a second), then about once a minute while the
+// read: at New (within NewTimeout), then about once a minute while the
 // limiter is used, on a goroutine of its own. Each reading that differs in
 // risk is reported to WithObserver's Eviction, and logged (log/slog) when
 // it becomes risky or unknown.

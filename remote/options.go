@@ -11,6 +11,9 @@ import (
 // says otherwise.
 const DefaultPrefix = store.DefaultPrefix
 
+// NewTimeout is the longest a constructor waits for Redis (see NewGCRA).
+const NewTimeout = store.NewTimeout
+
 // Clock tells the time. Pass one to WithClientClock to decide on the
 // client's clock instead of the Redis server's. It is tierlimit.Clock.
 type Clock = tierlimit.Clock

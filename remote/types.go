@@ -33,7 +33,14 @@ type GCRA struct{ *limiter }
 
 // NewGCRA returns a GCRA limiter enforcing limit (and any WithLimits).
 // It returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit and
-// tierlimit.ErrInvalidOption for a nil client or a bad option.
+// tierlimit.ErrInvalidOption for a nil client (a typed nil *redis.Client or
+// *redis.ClusterClient too) or a bad option.
+//
+// Every constructor of the package makes one call to Redis, a reading of
+// its eviction settings (Eviction), and waits for it at most NewTimeout,
+// whatever the client's dial timeouts and retries. A Redis that does not
+// answer by then is not an error: it is logged (log/slog) in plain words,
+// and the limiter's calls return Redis's errors until it answers.
 func NewGCRA(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*GCRA, error) {
 	l, err := newLimiter(rdb, store.GCRA, limit, opts)
 	if err != nil {
