@@ -74,7 +74,10 @@ func WithClientClock(clock Clock) Option {
 // counts up to the new Rate, the sliding log keeps its log (judged by the
 // new Rate and Period). A bad answer (Limit.Validate, or the algorithm's
 // own rules) makes the call return an error wrapping
-// tierlimit.ErrInvalidLimit. f must be fast, safe for concurrent use, and
+// tierlimit.ErrInvalidLimit. tierlimit.Blocked blocks the key: every call
+// is denied without a call to Redis and without charging it, with
+// Result{Limit: tierlimit.Blocked, Source: tierlimit.SourceBlocked} and
+// RetryAfter 0 (no promise). f must be fast, safe for concurrent use, and
 // must not call the limiter.
 func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	return optionFunc(func(c *store.Config) error {

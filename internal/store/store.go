@@ -302,7 +302,8 @@ func (l *Limiter) now() int64 {
 
 // AllowN reports whether n events may happen now for key, and charges them
 // if so. n == 0 peeks: it charges nothing and is always allowed, with
-// Remaining telling what is left.
+// Remaining telling what is left. A key Config.LimitFunc blocks is denied
+// (blockedResult), peeks too, without a call.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if l.observed() {
 		return l.observedAllow(ctx, key, n)
@@ -334,8 +335,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // granted.
 func (l *Limiter) call(ctx context.Context, key string, n int64) (tierlimit.Result, int64, error) {
 	p, err := l.prepare(key, n)
-	if err != nil {
+	switch {
+	case err != nil:
 		return tierlimit.Result{}, 0, err
+	case p == blockedPlan:
+		return blockedResult, 0, nil
 	}
 	return l.decide(ctx, key, p, n)
 }

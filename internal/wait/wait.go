@@ -48,8 +48,10 @@ type waiter struct {
 // Result, or try's error. It returns tierlimit.ErrWaitDeadline at once
 // when the caller cannot be served before ctx's deadline: its own try
 // retries after it (N then returns the denying Result), or the head of
-// the line it waits in does. It returns ctx's error when ctx ends first,
-// and tierlimit.ErrClosed after Close.
+// the line it waits in does, or try's denial is of a blocked key
+// (Result.Limit tierlimit.Blocked: no wait ends, and N returns the denial
+// with the error). It returns ctx's error when ctx ends first, and
+// tierlimit.ErrClosed after Close.
 //
 // A caller whose ctx has ended is not tried: a try may charge.
 func (ls *Lines) N(ctx context.Context, key string, try func() (tierlimit.Result, error)) (tierlimit.Result, error) {
@@ -97,6 +99,9 @@ func (ls *Lines) head(ctx context.Context, key string, ln *line, done <-chan str
 		res, err := try()
 		if err != nil || res.Allowed {
 			return res, err
+		}
+		if res.Limit == tierlimit.Blocked {
+			return res, fmt.Errorf("%w: key %q is blocked (tierlimit.Blocked): no wait ends", tierlimit.ErrWaitDeadline, key)
 		}
 		pause := max(res.RetryAfter, minPause)
 		next := time.Now().Add(pause)
