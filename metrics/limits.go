@@ -45,6 +45,31 @@ func (s *limitSeries) count(d tierlimit.Decision) {
 	}
 }
 
+// countGiveBack counts an admission under l whose charge was given back
+// (tierlimit.GiveBack), in a series made on the first one: most limiters
+// never give back.
+func (s *limitSeries) countGiveBack(l tierlimit.Limit) {
+	if l == (tierlimit.Limit{}) {
+		return
+	}
+	if !s.known(l) {
+		s.add(l) // a label of its own if there is room, as for a decision
+	}
+	label := otherLimit
+	if s.known(l) {
+		label = l.String()
+	}
+	s.vec.WithLabelValues(s.name, label, "given_back").Inc()
+}
+
+// known reports whether l has a label of its own.
+func (s *limitSeries) known(l tierlimit.Limit) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.seen[l]
+	return ok
+}
+
 func (s *limitSeries) add(l tierlimit.Limit) [2]prometheus.Counter {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -92,7 +92,9 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 // WithObserver reports to o each decision of Allow, AllowN and AllowAll
 // (Source remote), each round trip to Redis, by Op ("allow" for Allow,
 // AllowN and each call of AllowAll, "settle" for Settle and AllowAll's
-// give-backs, "reset" for Reset), and each change in the server's eviction
+// give-backs, "reset" for Reset), each Settle that gives a whole charge
+// back (used 0: an admission undone, such as httplimit's give-back of a
+// refused request's charge), and each change in the server's eviction
 // settings (see tierlimit.Observer). Without an observer nothing is
 // measured.
 func WithObserver(o *tierlimit.Observer) Option {

@@ -208,5 +208,8 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	start := l.start()
 	res, _, err := l.run(ctx, l.Keys(key), l.args(modeSettle, 0, 0, p, used-charged), p.limits)
 	l.reportCall("settle", start, err)
+	if err == nil && used == 0 && charged > 0 && l.onGiveBack != nil {
+		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceRemote, N: charged, Limit: p.limits[0]})
+	}
 	return res, err
 }

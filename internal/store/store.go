@@ -50,6 +50,7 @@ type Limiter struct {
 	// unobserved path reads no clock.
 	onDecision func(tierlimit.Decision)
 	onCall     func(tierlimit.RedisCall)
+	onGiveBack func(tierlimit.GiveBack)
 
 	// watch follows the server's eviction settings: read at New, again
 	// about once a minute from a call's goroutine.
@@ -79,7 +80,7 @@ func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg C
 	_, l.cluster = rdb.(*redis.ClusterClient)
 	var onEviction func(tierlimit.EvictionRisk)
 	if o := cfg.Observer; o != nil {
-		l.onDecision, l.onCall, onEviction = o.Decision, o.RedisCall, o.Eviction
+		l.onDecision, l.onCall, l.onGiveBack, onEviction = o.Decision, o.RedisCall, o.GiveBack, o.Eviction
 	}
 	l.watch = evict.NewWatch(rdb, onEviction)
 	ctx, cancel := context.WithTimeout(context.Background(), NewTimeout)
