@@ -127,63 +127,49 @@ func tiers() []tier {
 	}
 }
 
-// TestTiersRefuseInvalidLimit: on every tier, a key whose LimitFunc answer
-// is invalid is refused, 429 without Retry-After, never let through (a
-// suspended tenant written as PerSecond(0) once had the run of the
-// service), and the error func is told that the request was refused; a
-// good key of the same limiter still passes.
-func TestTiersRefuseInvalidLimit(t *testing.T) {
+// TestTiersRefuse: on every tier, a key whose LimitFunc answer is invalid
+// is refused, 429 without Retry-After, never let through (a suspended
+// tenant written as PerSecond(0) once had the run of the service), and the
+// error func is told that the request was refused; a key its LimitFunc
+// blocks (tierlimit.Blocked) is refused the same way, with no error and no
+// t (on local and remote: hybrid's Blocked is hybrid's own, in its tests);
+// a good key of the same limiter still passes.
+func TestTiersRefuse(t *testing.T) {
 	for _, tr := range tiers() {
-		t.Run(tr.name, func(t *testing.T) {
-			var errs []error
-			m := mustNew(t, tr.new(t), WithKey(KeyHeader("X-Tenant")),
-				WithErrorFunc(func(_ *http.Request, err error) { errs = append(errs, err) }))
-			for i := 0; i < 3; i++ {
-				w := serve(m, request("192.0.2.1:1", "X-Tenant", "bad"))
-				if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" {
-					t.Errorf("request %d of an invalid limit: got %d, Retry-After %q; want 429 without Retry-After",
-						i+1, w.Code, w.Header().Get("Retry-After"))
+		for _, key := range []string{"bad", "off"} {
+			if key == "off" && tr.name == "hybrid" {
+				continue
+			}
+			t.Run(tr.name+"/"+key, func(t *testing.T) {
+				var errs []error
+				m := mustNew(t, tr.new(t), WithKey(KeyHeader("X-Tenant")),
+					WithErrorFunc(func(_ *http.Request, err error) { errs = append(errs, err) }))
+				for i := 0; i < 3; i++ {
+					w := serve(m, request("192.0.2.1:1", "X-Tenant", key))
+					if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" {
+						t.Errorf("request %d: got %d, Retry-After %q; want 429 without Retry-After",
+							i+1, w.Code, w.Header().Get("Retry-After"))
+					}
+					if key == "off" {
+						checkField(t, w.Header(), "RateLimit", `"default";r=0`)
+					}
 				}
-			}
-			if w := serve(m, request("192.0.2.1:1", "X-Tenant", "good")); w.Code != http.StatusOK {
-				t.Errorf("a good key: got %d, want 200", w.Code)
-			}
-			if len(errs) != 3 {
-				t.Fatalf("error func saw %d errors, want 3: %v", len(errs), errs)
-			}
-			for _, err := range errs {
-				if !errors.Is(err, tierlimit.ErrInvalidLimit) || !strings.Contains(err.Error(), "refused with 429") {
-					t.Errorf("error func saw %q, want an ErrInvalidLimit saying the request was refused", err)
+				if w := serve(m, request("192.0.2.1:1", "X-Tenant", "good")); w.Code != http.StatusOK {
+					t.Errorf("a good key: got %d, want 200", w.Code)
 				}
-			}
-		})
-	}
-}
-
-// TestTiersBlocked: on local and remote, a key its LimitFunc blocks
-// (tierlimit.Blocked) is denied, 429 without Retry-After (no promise of
-// when it opens), and is no error. hybrid's Blocked is hybrid's own
-// (hybrid's tests).
-func TestTiersBlocked(t *testing.T) {
-	for _, tr := range tiers() {
-		if tr.name == "hybrid" {
-			continue
+				wantErrs := 3
+				if key == "off" {
+					wantErrs = 0 // a blocked key is no error
+				}
+				if len(errs) != wantErrs {
+					t.Fatalf("error func saw %d errors, want %d: %v", len(errs), wantErrs, errs)
+				}
+				for _, err := range errs {
+					if !errors.Is(err, tierlimit.ErrInvalidLimit) || !strings.Contains(err.Error(), "refused with 429") {
+						t.Errorf("error func saw %q, want an ErrInvalidLimit saying the request was refused", err)
+					}
+				}
+			})
 		}
-		t.Run(tr.name, func(t *testing.T) {
-			var errs []error
-			m := mustNew(t, tr.new(t), WithKey(KeyHeader("X-Tenant")),
-				WithErrorFunc(func(_ *http.Request, err error) { errs = append(errs, err) }))
-			for i := 0; i < 3; i++ {
-				w := serve(m, request("192.0.2.1:1", "X-Tenant", "off"))
-				if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" {
-					t.Errorf("request %d of a blocked key: got %d, Retry-After %q; want 429 without Retry-After",
-						i+1, w.Code, w.Header().Get("Retry-After"))
-				}
-				checkField(t, w.Header(), "RateLimit", `"default";r=0`)
-			}
-			if len(errs) != 0 {
-				t.Errorf("error func saw %v, want nothing (a blocked key is no error)", errs)
-			}
-		})
 	}
 }
