@@ -23,6 +23,18 @@ type Observer struct {
 	// keys: at New, and whenever a later reading differs in risk or
 	// finds more keys evicted while risky.
 	Eviction func(EvictionRisk)
+	// GiveBack is called once per Settle that gives a whole charge back
+	// (used 0), without error: an admission Decision reported Allowed
+	// that did not happen after all, such as httplimit's give-back of
+	// what earlier limiters charged a request a later one refused.
+	GiveBack func(GiveBack)
+}
+
+// GiveBack describes a charge given back whole (Observer.GiveBack).
+type GiveBack struct {
+	Source Source // the tier that gave it back
+	N      int64  // the charge given back
+	Limit  Limit  // the key's limit (Decision.Limit's label for per-limit metrics)
 }
 
 // Decision describes one decision.

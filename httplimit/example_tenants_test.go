@@ -119,3 +119,37 @@ func Example_perKeyLimit() {
 	// free_alice 200 RateLimit: "api:2/1m";r=0;t=30;pk=:jSIbHU2DnkkyxsiaYBOnBA==:
 	// free_alice 429 RateLimit: "api:2/1m";r=0;t=30;pk=:jSIbHU2DnkkyxsiaYBOnBA==:
 }
+
+// A handler that decides itself, a user and their org all or nothing with
+// AllowAll, writes the fields of its own Result with SetHeaders: they
+// replace the ones the middleware in front wrote for its per-IP limiter.
+func ExampleSetHeaders() {
+	perIP, _ := local.New(tierlimit.PerSecond(1000))
+	defer perIP.Close()
+	tenants, _ := local.New(tierlimit.PerMinute(2))
+	defer tenants.Close()
+	mw, _ := httplimit.New(perIP, httplimit.WithName("ip"))
+	handler := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, err := tenants.AllowAll(r.Context(),
+			tierlimit.Take{Key: "user:42", N: 1}, tierlimit.Take{Key: "org:7", N: 1})
+		if err != nil {
+			http.Error(w, "limiter error", http.StatusInternalServerError)
+			return
+		}
+		httplimit.SetHeaders(w.Header(), httplimit.Policy{Name: "tenant"}, res)
+		if !res.Allowed {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	for range 3 {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 RateLimit: "tenant:2/1m";r=1;t=30 Retry-After: ""
+	// 200 RateLimit: "tenant:2/1m";r=0;t=30 Retry-After: ""
+	// 429 RateLimit: "tenant:2/1m";r=0;t=30 Retry-After: "30"
+}

@@ -27,8 +27,7 @@ func FuzzFields(f *testing.F) {
 		outs := []outcome{{rule: reqs, res: res}, {rule: bytes, res: tierlimit.Result{Allowed: true, Limit: tierlimit.PerSecond(1000), Remaining: remaining2}, never: never}}
 		bytes.pk.partitionKey(&outs[1].pk, "192.0.2.1")
 		h := http.Header{}
-		m := &Middleware{legacy: true}
-		m.setHeaders(h, outs, !allowed || never)
+		setHeaders(h, outs, !allowed || never, true)
 
 		for _, field := range []string{hPolicy, hRateLimit} {
 			if h[field] == nil {

@@ -21,10 +21,11 @@ const (
 // maxSFInt is the largest structured-field Integer (RFC 9651, 3.3.1).
 const maxSFInt = 999_999_999_999_999
 
-// setHeaders writes the fields for outs. The values are formatted into one
-// buffer and become substrings of one string, and the header slices share
-// one array: two allocations, whatever the number of fields.
-func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
+// setHeaders writes the fields for outs, the legacy ones too if legacy.
+// The values are formatted into one buffer and become substrings of one
+// string, and the header slices share one array: two allocations,
+// whatever the number of fields.
+func setHeaders(h http.Header, outs []outcome, refused, legacy bool) {
 	var (
 		stack [384]byte // enough for the fields of two limiters with partition keys; more spill to the heap
 		keys  [6]string
@@ -69,8 +70,8 @@ func (m *Middleware) setHeaders(h http.Header, outs []outcome, refused bool) {
 		buf = strconv.AppendInt(buf, seconds(res.RetryAfter), 10)
 		mark(hRetryAfter)
 	}
-	if m.legacy {
-		if res.Limit.Rate > 0 {
+	if legacy {
+		if validLimit(res.Limit) {
 			buf = strconv.AppendInt(buf, res.Limit.Capacity(), 10)
 			mark(hXLimit)
 		}
@@ -151,15 +152,32 @@ func appendPolicy(buf []byte, o *outcome) []byte {
 	}
 	buf = append(buf, ";w="...)
 	buf = appendSFInt(buf, w)
+	if c := l.Capacity(); c > q {
+		buf = append(buf, ";"+burstParam+"="...)
+		buf = appendSFInt(buf, c)
+	}
 	return appendPK(buf, o)
 }
 
+// burstParam is the quota policy parameter that advertises a burst above
+// q: the draft (§3.1) allows parameters of its own and asks that they be
+// prefixed with the implementation's name.
+const burstParam = "tierlimit-burst"
+
 // appendServiceLimit appends o's service limit item (draft §4.1):
-// "name:quota";r=R;t=T;pk=:key:, t only for a cost that can be admitted.
+// "name:quota";r=R;t=T;pk=:key:, t only for a request that can be
+// admitted. r is at most the policy's q: a bucket whose burst is above
+// its rate holds more than q, which its policy tells (burstParam), and a
+// client pacing itself by r and t stays within the quota it was told.
 func appendServiceLimit(buf []byte, o *outcome) []byte {
 	buf = o.rule.names.appendName(buf, o.rule, o.res.Limit)
 	buf = append(buf, ";r="...)
-	buf = appendSFInt(buf, o.res.Remaining)
+	r := o.res.Remaining
+	if validLimit(o.res.Limit) {
+		q, _ := quota(o.res.Limit)
+		r = min(r, q)
+	}
+	buf = appendSFInt(buf, r)
 	if !o.never {
 		buf = append(buf, ";t="...)
 		buf = appendSFInt(buf, seconds(effectiveWindow(o.res)))

@@ -24,6 +24,12 @@ type rule struct {
 	names  quotaNames                // of its quotas, as the fields name them
 }
 
+// setPrefix sets r.prefix from r.name.
+func (r *rule) setPrefix() {
+	q := appendSFString(nil, r.name)
+	r.prefix = string(q[:len(q)-1])
+}
+
 // Middleware limits the requests of an http.Handler with one or more
 // tierlimit.Limiters, and tells clients where they stand with the RateLimit
 // header fields. Build one with New; wrap handlers with Handler. A
@@ -84,7 +90,10 @@ type rule struct {
 // quota: q units per w seconds (a period that is not a whole number of
 // seconds is rounded up to one that is, and q scaled down to it), qu the
 // unit when it is not requests (WithLimiterCost), pk the partition key
-// (WithPartitionKey). A policy is named after its limiter and its limit,
+// (WithPartitionKey), and tierlimit-burst the burst when it exceeds q (a
+// parameter of this implementation, prefixed with its name as the draft's
+// §3.1 asks: clients that do not know it ignore it). A policy is named
+// after its limiter and its limit,
 // "name:rate/period" (with " burst N" when the burst is not the rate), so
 // that one name never stands for two quotas: a limiter with several
 // limits (remote.WithLimits) or with a limit per key has one name per
@@ -92,7 +101,9 @@ type rule struct {
 //
 // RateLimit reports, for each quota unit, the most restrictive limiter of
 // that unit: the denying one with the longest RetryAfter, or else the one
-// with the fewest units left. r is its Remaining. t is the effective
+// with the fewest units left. r is its Remaining, at most the policy's q
+// (a bucket whose burst exceeds its rate may hold more; its policy's
+// tierlimit-burst says how much). t is the effective
 // window of the draft's §4.1.2: the time within which the key can use no
 // more than r, that is until it has one unit more, rounded up to whole
 // seconds (so that a client that paces itself by r and t is not refused);
@@ -107,7 +118,9 @@ type rule struct {
 // headers, for the most restrictive limiter (among admissions, of the
 // first limiter's unit). Headers a wrapped handler sets afterwards win;
 // nest two Middlewares and the inner one's headers replace the outer's,
-// so give one Middleware every limiter that should show.
+// so give one Middleware every limiter that should show. A handler that
+// decides itself (AllowAll, WaitN, Settle) writes the fields of its own
+// Result with SetHeaders, which replaces the Middleware's.
 //
 // # Errors
 //
@@ -117,9 +130,15 @@ type rule struct {
 // and the request goes on. WithFailClosed refuses such requests instead.
 // Without WithErrorFunc, errors are logged to WithLogger's logger, at most
 // one line every 10 seconds.
-// A cost a limiter can never admit (tierlimit.ErrInvalidCost) denies the
-// request without Retry-After, whatever the error policy: letting it
-// through would make the limit bypassable by cost.
+// A request a limiter can never admit denies the request without
+// Retry-After, whatever the error policy, and is reported to
+// WithErrorFunc (or logged) saying so: a cost above the key's burst
+// (tierlimit.ErrInvalidCost: letting it through would make the limit
+// bypassable by cost), and a limit the limiter's LimitFunc got wrong
+// (tierlimit.ErrInvalidLimit: letting it through would give a suspended
+// tenant, written as PerSecond(0), the run of the service). A key its
+// LimitFunc blocks (tierlimit.Blocked) is denied, 429 without Retry-After
+// (no promise of when it opens), and is no error.
 type Middleware struct {
 	rules      []*rule
 	ip         resolver
@@ -169,8 +188,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 			return nil, invalid("two limiters named %q", r.name)
 		}
 		byName[r.name] = r
-		q := appendSFString(nil, r.name)
-		r.prefix = string(q[:len(q)-1])
+		r.setPrefix()
 	}
 	if err := applyCosts(byName, cfg.costs); err != nil {
 		return nil, err
@@ -207,7 +225,7 @@ type outcome struct {
 	res   tierlimit.Result
 	key   string
 	cost  int64       // charged, when res.Allowed
-	never bool        // the cost can never be admitted
+	never bool        // no wait admits the request: a cost above the burst, an invalid limit, a blocked key
 	pk    [pkLen]byte // the key's partition key, if rule.pk is set
 }
 
@@ -252,17 +270,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		res, err := ru.lim.AllowN(r.Context(), key, cost)
 		switch {
 		case err == nil:
-			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost})
+			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost, never: res.Limit == tierlimit.Blocked})
 			denied = denied || !res.Allowed
 			if m.onDecision != nil && !peek {
 				m.onDecision(r.Context(), ru.name, res)
 			}
-		case errors.Is(err, tierlimit.ErrInvalidCost):
-			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
+		case errors.Is(err, tierlimit.ErrInvalidCost), errors.Is(err, tierlimit.ErrInvalidLimit):
+			m.report(r, neverErr(ru.name, cost, err), false)
 			outs = append(outs, outcome{rule: ru, never: true})
 			denied = true
 		default:
-			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err))
+			m.report(r, fmt.Errorf("httplimit: policy %q: %w", ru.name, err), true)
 			failed = true
 			continue
 		}
@@ -287,7 +305,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if len(outs) > 0 {
-		m.setHeaders(w.Header(), outs, denied && !m.shadow)
+		setHeaders(w.Header(), outs, denied && !m.shadow, m.legacy)
 	}
 	if denied && !m.shadow {
 		m.denied.ServeHTTP(w, r)
@@ -307,7 +325,8 @@ func (m *Middleware) giveBack(r *http.Request, outs []outcome) {
 		}
 		res, ok, err := chain.GiveBack(r.Context(), o.rule.lim, o.key, o.cost)
 		if err != nil {
-			m.report(r, fmt.Errorf("httplimit: policy %q: give back: %w", o.rule.name, err))
+			m.report(r, fmt.Errorf("httplimit: policy %q: giving back a refused request's charge of %d: %w", o.rule.name, o.cost, err), false)
+			continue
 		}
 		if ok {
 			o.res.Remaining = res.Remaining
@@ -325,7 +344,22 @@ func (m *Middleware) defaultCost(r *http.Request) int64 {
 	return m.cost(r)
 }
 
-func (m *Middleware) report(r *http.Request, err error) {
+// neverErr is the error reported for a request refused because limiter
+// name can never admit it at cost: err wraps tierlimit.ErrInvalidCost or
+// tierlimit.ErrInvalidLimit.
+func neverErr(name string, cost int64, err error) error {
+	why := "the limiter has no valid limit for its key"
+	if errors.Is(err, tierlimit.ErrInvalidCost) {
+		why = fmt.Sprintf("its cost %d is more than the key's burst (or negative): no wait would admit it", cost)
+	}
+	return fmt.Errorf("httplimit: policy %q: request refused with 429 (no Retry-After), %s: %w", name, why, err)
+}
+
+// report passes err to WithErrorFunc's function, or logs it. failure says
+// that err is a limiter's failure, which the error policy (fail open or
+// closed) decided the request's fate by; the other errors say themselves
+// what was done.
+func (m *Middleware) report(r *http.Request, err error, failure bool) {
 	if m.onError != nil {
 		m.onError(r, err)
 		return
@@ -335,9 +369,12 @@ func (m *Middleware) report(r *http.Request, err error) {
 	// after a password change, say) must not leave the service unlimited
 	// in silence.
 	if m.logged.Allow(time.Now(), logEvery) {
+		what := "limiter error, failing " + m.policyName()
+		if !failure {
+			what = "limiter refused a request"
+		}
 		logline.Or(m.logger).LogAttrs(r.Context(), slog.LevelWarn,
-			"httplimit: limiter error (logged at most every 10s; WithErrorFunc to handle)",
-			slog.String("failing", m.policyName()), slog.Any("err", err))
+			"httplimit: "+what+" (logged at most every 10s; WithErrorFunc to handle)", slog.Any("err", err))
 	}
 }
 

@@ -1,7 +1,10 @@
 package httplimit
 
 import (
+	"errors"
 	"github.com/tierlimit/tierlimit/internal/chain"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +65,112 @@ func TestRemoteWithLimits(t *testing.T) {
 		}
 		checkField(t, w.Header(), "RateLimit-Policy", step.policy)
 		checkField(t, w.Header(), "RateLimit", step.rateLimit)
+	}
+}
+
+// tenantPlans is a LimitFunc: "bad" gets an invalid limit (a suspended
+// plan written as PerSecond(0)), "off" is blocked, others the default.
+func tenantPlans(key string) tierlimit.Limit {
+	switch key {
+	case "bad":
+		return tierlimit.PerSecond(0)
+	case "off":
+		return tierlimit.Blocked
+	}
+	return tierlimit.Limit{}
+}
+
+// tier is one limiter of the module, built with tenantPlans.
+type tier struct {
+	name string
+	new  func(t *testing.T) tierlimit.Limiter
+}
+
+// tiers lists every tier of the module, each with tenantPlans.
+func tiers() []tier {
+	def := tierlimit.PerSecond(10)
+	mini := func(t *testing.T) *redis.Client {
+		mr := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	must := func(t *testing.T, l tierlimit.Limiter, err error) tierlimit.Limiter {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	return []tier{
+		{"local", func(t *testing.T) tierlimit.Limiter {
+			l, err := local.New(def, local.WithLimitFunc(tenantPlans))
+			if err == nil {
+				t.Cleanup(func() { l.Close() })
+			}
+			return must(t, l, err)
+		}},
+		{"remote.TokenBucket", func(t *testing.T) tierlimit.Limiter {
+			l, err := remote.NewTokenBucket(mini(t), def, remote.WithLimitFunc(tenantPlans))
+			return must(t, l, err)
+		}},
+		{"remote.SlidingWindow", func(t *testing.T) tierlimit.Limiter {
+			l, err := remote.NewSlidingWindow(mini(t), def, remote.WithLimitFunc(tenantPlans))
+			return must(t, l, err)
+		}},
+		{"hybrid", func(t *testing.T) tierlimit.Limiter {
+			l, err := hybrid.New(mini(t), def, hybrid.WithLimitFunc(tenantPlans))
+			if err == nil {
+				t.Cleanup(func() { l.Close() })
+			}
+			return must(t, l, err)
+		}},
+	}
+}
+
+// TestTiersRefuse: on every tier, a key whose LimitFunc answer is invalid
+// is refused, 429 without Retry-After, never let through (a suspended
+// tenant written as PerSecond(0) once had the run of the service), and the
+// error func is told that the request was refused; a key its LimitFunc
+// blocks (tierlimit.Blocked) is refused the same way, with no error and no
+// t (on local and remote: hybrid's Blocked is hybrid's own, in its tests);
+// a good key of the same limiter still passes.
+func TestTiersRefuse(t *testing.T) {
+	for _, tr := range tiers() {
+		for _, key := range []string{"bad", "off"} {
+			if key == "off" && tr.name == "hybrid" {
+				continue
+			}
+			t.Run(tr.name+"/"+key, func(t *testing.T) {
+				var errs []error
+				m := mustNew(t, tr.new(t), WithKey(KeyHeader("X-Tenant")),
+					WithErrorFunc(func(_ *http.Request, err error) { errs = append(errs, err) }))
+				for i := 0; i < 3; i++ {
+					w := serve(m, request("192.0.2.1:1", "X-Tenant", key))
+					if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "" {
+						t.Errorf("request %d: got %d, Retry-After %q; want 429 without Retry-After",
+							i+1, w.Code, w.Header().Get("Retry-After"))
+					}
+					if key == "off" {
+						checkField(t, w.Header(), "RateLimit", `"default";r=0`)
+					}
+				}
+				if w := serve(m, request("192.0.2.1:1", "X-Tenant", "good")); w.Code != http.StatusOK {
+					t.Errorf("a good key: got %d, want 200", w.Code)
+				}
+				wantErrs := 3
+				if key == "off" {
+					wantErrs = 0 // a blocked key is no error
+				}
+				if len(errs) != wantErrs {
+					t.Fatalf("error func saw %d errors, want %d: %v", len(errs), wantErrs, errs)
+				}
+				for _, err := range errs {
+					if !errors.Is(err, tierlimit.ErrInvalidLimit) || !strings.Contains(err.Error(), "refused with 429") {
+						t.Errorf("error func saw %q, want an ErrInvalidLimit saying the request was refused", err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -89,3 +89,41 @@ func ExampleLimiter_Settle() {
 	// after the estimate: 6000
 	// after settling: 8766
 }
+
+// A handler that charges an estimate and settles the real cost asks the
+// key's limit first: a cost is at most its burst, and a suspended tenant
+// (tierlimit.Blocked) is refused before any work.
+func ExampleLimiter_LimitFor() {
+	plans := func(key string) tierlimit.Limit {
+		switch key {
+		case "org:7":
+			return tierlimit.PerSecond(1000).WithBurst(5000)
+		case "org:9":
+			return tierlimit.Blocked
+		}
+		return tierlimit.Limit{}
+	}
+	l, _ := local.New(tierlimit.PerSecond(10), local.WithLimitFunc(plans))
+	defer l.Close()
+	ctx := context.Background()
+	for _, key := range []string{"org:7", "org:8", "org:9"} {
+		limit, err := l.LimitFor(key)
+		if err != nil || limit == tierlimit.Blocked {
+			fmt.Println(key, "refused:", limit == tierlimit.Blocked, err)
+			continue
+		}
+		burst := limit.Capacity()
+		est := min(int64(8000), burst) // the estimate, at most the burst
+		if r, _ := l.AllowN(ctx, key, est); !r.Allowed {
+			fmt.Println(key, "retry after", r.RetryAfter)
+			continue
+		}
+		used := int64(1234) // what the call really cost
+		r, _ := l.Settle(ctx, key, est, min(used, burst))
+		fmt.Println(key, limit, "remaining after settling:", r.Remaining)
+	}
+	// Output:
+	// org:7 1000/1s burst 5000 remaining after settling: 3766
+	// org:8 10/1s remaining after settling: 0
+	// org:9 refused: true <nil>
+}

@@ -168,7 +168,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // ignored: no call waits. Errors wrap tierlimit.ErrInvalidKey,
 // tierlimit.ErrInvalidCost (n outside [0, the key's burst]) or, for a bad
 // limit from WithLimitFunc's function, tierlimit.ErrInvalidLimit; after
-// Close it returns tierlimit.ErrClosed.
+// Close it returns tierlimit.ErrClosed. A key the function blocks
+// (tierlimit.Blocked) is denied, n == 0 too, and not charged.
 func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return tierlimit.Result{}, err
@@ -179,6 +180,12 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 	}
 	defer l.gate.Exit(h)
 	limit := l.limitOf(key)
+	if limit == tierlimit.Blocked {
+		if err := checkBlockedCost(key, n); err != nil {
+			return tierlimit.Result{}, err
+		}
+		return blocked, nil
+	}
 	now := l.clock.Now()
 	b, err := l.bucket(key, h, limit, now)
 	if err != nil {

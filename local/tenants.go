@@ -18,7 +18,10 @@ import (
 // capped at the new burst, and the part of the next one, refilled under
 // the old limit up to the change and under the new one after it. A call
 // for a key whose f gives an invalid limit returns an error wrapping
-// tierlimit.ErrInvalidLimit and changes nothing.
+// tierlimit.ErrInvalidLimit and changes nothing. A key f gives
+// tierlimit.Blocked is denied by every call, peeks included, without
+// charging it or touching its state: Result{Limit: tierlimit.Blocked,
+// Source: tierlimit.SourceBlocked}, RetryAfter 0 (no promise).
 func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {
@@ -31,7 +34,7 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 
 // limitOf returns key's limit: the LimitFunc's answer, or the default.
 // The answer is not validated here: a bucket checks a limit when it
-// changes to it.
+// changes to it, and tierlimit.Blocked is the callers' to test.
 func (l *Limiter) limitOf(key string) tierlimit.Limit {
 	if l.limitFunc != nil {
 		if limit := l.limitFunc(key); limit != (tierlimit.Limit{}) {
@@ -39,6 +42,39 @@ func (l *Limiter) limitOf(key string) tierlimit.Limit {
 		}
 	}
 	return *l.def.Load()
+}
+
+// LimitFor returns the limit key is decided under: WithLimitFunc's answer
+// for it, or the default (Limit) when there is none or it is the zero
+// Limit; tierlimit.Blocked for a key the function blocks. It returns an
+// error wrapping tierlimit.ErrInvalidKey for a bad key and
+// tierlimit.ErrInvalidLimit for an answer that is neither Blocked nor
+// valid. It asks the function, and nothing else: it changes nothing.
+func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return tierlimit.Limit{}, err
+	}
+	limit := l.limitOf(key)
+	if limit == tierlimit.Blocked {
+		return limit, nil
+	}
+	if err := limit.Validate(); err != nil {
+		return tierlimit.Limit{}, keyError(key, err)
+	}
+	return limit, nil
+}
+
+// blocked is the denial of every call for a key WithLimitFunc's function
+// blocks (tierlimit.Blocked).
+var blocked = tierlimit.Result{Limit: tierlimit.Blocked, Source: tierlimit.SourceBlocked}
+
+// checkBlockedCost refuses a negative cost for a blocked key, whose
+// capacity is none: any other cost is denied, not refused.
+func checkBlockedCost(key string, n int64) error {
+	if n < 0 {
+		return keyError(key, fmt.Errorf("%w: n %d must be >= 0", tierlimit.ErrInvalidCost, n))
+	}
+	return nil
 }
 
 // keyError adds the package and key to an error about key's limit or cost.
@@ -51,7 +87,9 @@ func keyError(key string, err error) error {
 // Takes of one key are added up (tierlimit.MergeTakes). The Result is the
 // most restrictive take's: on a denial, that of the largest RetryAfter
 // (after it, the same call can succeed); on an admission, that of the
-// smallest Remaining. ctx is accepted and ignored: no call waits.
+// smallest Remaining. A take of a key WithLimitFunc's function blocks
+// denies the whole call with the blocked Result (RetryAfter 0) and charges
+// no key. ctx is accepted and ignored: no call waits.
 //
 // Errors wrap tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost (no takes,
 // more than tierlimit.MaxTakes keys, or a key's N outside [0, its burst])
@@ -72,14 +110,22 @@ func (l *Limiter) AllowAll(_ context.Context, takes ...tierlimit.Take) (tierlimi
 	}
 	defer l.gate.Exit(h)
 	xt := make([]xrate.Take, len(merged))
+	isBlocked := false
 	for i, t := range merged {
 		xt[i] = xrate.Take{Limit: l.limitOf(t.Key), N: t.N}
+		if xt[i].Limit == tierlimit.Blocked {
+			isBlocked = true
+			continue
+		}
 		if err := xt[i].Limit.Validate(); err != nil {
 			return tierlimit.Result{}, keyError(t.Key, err)
 		}
 		if err := xt[i].Limit.CheckCost(t.N); err != nil {
 			return tierlimit.Result{}, keyError(t.Key, err)
 		}
+	}
+	if isBlocked {
+		return blocked, nil
 	}
 	now := l.clock.Now()
 	for i, t := range merged {
@@ -103,7 +149,9 @@ func (l *Limiter) AllowAll(_ context.Context, takes ...tierlimit.Take) (tierlimi
 //
 // It returns at once an error wrapping tierlimit.ErrWaitDeadline when the
 // wait would pass ctx's deadline (with the denying Result when key's own
-// RetryAfter says so), and ctx's error when ctx ends first. Bad input is
+// RetryAfter says so), or when key is blocked (WithLimitFunc's function
+// answers tierlimit.Blocked, at the start or during the wait: no wait
+// ends; with the blocked Result), and ctx's error when ctx ends first. Bad input is
 // refused before any wait, as AllowN refuses it; after Close (waiters
 // included) it returns tierlimit.ErrClosed.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
@@ -113,12 +161,17 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 	if l.gate.Closed() {
 		return tierlimit.Result{}, tierlimit.ErrClosed
 	}
-	limit := l.limitOf(key)
-	if err := limit.Validate(); err != nil {
-		return tierlimit.Result{}, keyError(key, err)
+	limit, err := l.LimitFor(key)
+	if err != nil {
+		return tierlimit.Result{}, err
 	}
-	if err := limit.CheckCost(n); err != nil {
-		return tierlimit.Result{}, keyError(key, err)
+	if limit == tierlimit.Blocked {
+		err = checkBlockedCost(key, n)
+	} else if err = limit.CheckCost(n); err != nil {
+		err = keyError(key, err)
+	}
+	if err != nil {
+		return tierlimit.Result{}, err
 	}
 	return l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
 }
@@ -127,8 +180,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // used really happened. charged > used gives the difference back (capped
 // at the key's burst); used > charged takes the difference more, down to
 // an empty bucket at the most (the events happened: Settle never refuses).
-// It returns the key's Result after the correction, Allowed. ctx is
-// accepted and ignored.
+// It returns the key's Result after the correction, Allowed. For a key
+// WithLimitFunc's function blocks, Settle changes nothing and returns the
+// blocked Result (not Allowed, Limit tierlimit.Blocked). ctx is accepted
+// and ignored.
 //
 // Errors wrap tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost (charged
 // or used outside [0, the key's burst]) or tierlimit.ErrInvalidLimit (a bad
@@ -144,6 +199,12 @@ func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (ti
 	}
 	defer l.gate.Exit(h)
 	limit := l.limitOf(key)
+	if limit == tierlimit.Blocked {
+		if err := checkBlockedCost(key, min(charged, used)); err != nil {
+			return tierlimit.Result{}, err
+		}
+		return blocked, nil
+	}
 	now := l.clock.Now()
 	b, err := l.bucket(key, h, limit, now)
 	if err != nil {

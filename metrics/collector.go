@@ -18,7 +18,7 @@ import (
 //
 // From Observers:
 //
-//	tierlimit_decisions_total{limiter,source,result}         counter    result: allowed, denied
+//	tierlimit_decisions_total{limiter,source,result}         counter    result: allowed, denied, given_back
 //	tierlimit_limit_decisions_total{limiter,limit,result}    counter    limit: the deciding Limit's String, at most WithMaxLimits of them, then "other"
 //	tierlimit_decision_duration_seconds{limiter,source}      histogram
 //	tierlimit_redis_calls_total{limiter,op}                  counter    every call, failed or not
@@ -39,6 +39,12 @@ import (
 //	tierlimit_breaker_state{limiter,state}                   gauge      1 for the current state, 0 for the others
 //	tierlimit_breaker_opens_total{limiter}                   counter
 //	tierlimit_hybrid_instances{limiter}                      gauge      live instances of the fleet
+//
+// result "allowed" counts every admission when it is decided, and
+// "given_back" the admissions whose whole charge was given back later
+// (tierlimit.Observer.GiveBack: a Settle of used 0, such as httplimit's
+// give-back of what earlier limiters charged a request a later one
+// refused): the admissions that stood are allowed − given_back.
 //
 // A Collector is safe for concurrent use and must not be copied.
 type Collector struct {
@@ -136,29 +142,27 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 		allowed, denied prometheus.Counter
 		latency         prometheus.Observer
 	}
-	limits := newLimitSeries(c.byLimit, name, c.maxLimits, c.logger)
-	var known [4]series
-	for s := range known {
-		src := tierlimit.Source(s).String()
-		known[s] = series{
+	seriesOf := func(src string) series {
+		return series{
 			allowed: c.decisions.WithLabelValues(name, src, "allowed"),
 			denied:  c.decisions.WithLabelValues(name, src, "denied"),
 			latency: c.decisionLat.WithLabelValues(name, src),
 		}
 	}
+	limits := newLimitSeries(c.byLimit, name, c.maxLimits, c.logger)
+	var known [4]series
+	for s := range known {
+		known[s] = seriesOf(tierlimit.Source(s).String())
+	}
+	of := func(src tierlimit.Source) series {
+		if int(src) < len(known) {
+			return known[src]
+		}
+		return seriesOf(src.String())
+	}
 	return &tierlimit.Observer{
 		Decision: func(d tierlimit.Decision) {
-			var s series
-			if int(d.Source) < len(known) {
-				s = known[d.Source]
-			} else {
-				src := d.Source.String()
-				s = series{
-					allowed: c.decisions.WithLabelValues(name, src, "allowed"),
-					denied:  c.decisions.WithLabelValues(name, src, "denied"),
-					latency: c.decisionLat.WithLabelValues(name, src),
-				}
-			}
+			s := of(d.Source)
 			if d.Allowed {
 				s.allowed.Inc()
 			} else {
@@ -174,6 +178,12 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 				c.callErrs.WithLabelValues(name, op).Inc()
 			}
 			c.callLat.WithLabelValues(name, op).Observe(rc.Latency.Seconds())
+		},
+		GiveBack: func(g tierlimit.GiveBack) {
+			// A series made on the first give-back: most limiters never
+			// give back, and a series at 0 would say they might.
+			c.decisions.WithLabelValues(name, g.Source.String(), "given_back").Inc()
+			limits.countGiveBack(g.Limit)
 		},
 		Breaker: func(b tierlimit.BreakerChange) {
 			c.transitions.WithLabelValues(name, b.From.String(), b.To.String()).Inc()

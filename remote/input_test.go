@@ -28,6 +28,9 @@ func TestBadInput(t *testing.T) {
 		want  error
 	}{
 		{"nil client", nil, ok, nil, tierlimit.ErrInvalidOption},
+		{"typed nil *redis.Client", (*redis.Client)(nil), ok, nil, tierlimit.ErrInvalidOption},
+		{"typed nil *redis.ClusterClient", (*redis.ClusterClient)(nil), ok, nil, tierlimit.ErrInvalidOption},
+		{"typed nil *redis.Ring", (*redis.Ring)(nil), ok, nil, tierlimit.ErrInvalidOption},
 		{"zero limit", rdb, tierlimit.Limit{}, nil, tierlimit.ErrInvalidLimit},
 		{"negative rate", rdb, tierlimit.Limit{Rate: -5, Period: time.Second}, nil, tierlimit.ErrInvalidLimit},
 		{"zero period", rdb, tierlimit.Limit{Rate: 5}, nil, tierlimit.ErrInvalidLimit},

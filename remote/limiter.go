@@ -37,7 +37,8 @@ func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit
 
 // AllowN reports whether n events may happen now for key, and charges them
 // if so. n == 0 peeks: it charges nothing and is always allowed, with
-// Remaining telling what is left.
+// Remaining telling what is left. A key WithLimitFunc's function blocks
+// (tierlimit.Blocked) is denied, peeks too, without a call to Redis.
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	return l.s.AllowN(ctx, key, n)
 }
@@ -55,7 +56,9 @@ func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // (of the slot that refused, in a Cluster). Duplicate keys add up
 // (tierlimit.MergeTakes); a take above its key's capacity is
 // tierlimit.ErrInvalidCost, a bad key tierlimit.ErrInvalidKey, a bad
-// WithLimitFunc answer tierlimit.ErrInvalidLimit, all before any call.
+// WithLimitFunc answer tierlimit.ErrInvalidLimit, all before any call. A
+// take of a key the WithLimitFunc function blocks (tierlimit.Blocked)
+// denies the whole call, without a call to Redis: no key is charged.
 //
 // Keys that share a Redis Cluster slot, and all keys on a single Redis,
 // are decided in one script call, atomically. With keys in several slots,
@@ -75,7 +78,9 @@ func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 // come, first served, and only the first of them asks Redis, once per
 // RetryAfter: a crowd of waiters costs Redis no more calls than one. It
 // returns at once an error wrapping tierlimit.ErrWaitDeadline when the
-// wait would pass ctx's deadline, ctx's error when ctx ends first, and
+// wait would pass ctx's deadline, or when key is blocked (WithLimitFunc's
+// function answers tierlimit.Blocked, at the start or during the wait: no
+// wait ends; with the blocked Result), ctx's error when ctx ends first, and
 // AllowN's errors (bad input is reported before any wait).
 func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := l.s.Check(key, n); err != nil {
@@ -90,16 +95,26 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // at most, or taken when used > charged, down to empty at most, under
 // each of the key's limits in one round trip; it is never denied (the
 // events happened). Both must be between 0 and the key's capacity, else
-// tierlimit.ErrInvalidCost. The Result is Allowed, with Remaining after.
+// tierlimit.ErrInvalidCost. The Result is Allowed, with Remaining after;
+// for a key WithLimitFunc's function blocks, Settle changes nothing and
+// returns the blocked Result (not Allowed, Limit tierlimit.Blocked).
 func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	return l.s.Settle(ctx, key, charged, used)
 }
+
+// LimitFor returns the limit key is decided under: WithLimitFunc's answer
+// for it, or the constructor's limit when there is none or it is the zero
+// Limit (WithLimits' limits apply besides); tierlimit.Blocked for a key the
+// function blocks. It returns an error wrapping tierlimit.ErrInvalidKey for
+// a bad key and tierlimit.ErrInvalidLimit for an answer that is neither
+// Blocked nor valid for the algorithm. It makes no call to Redis.
+func (l *limiter) LimitFor(key string) (tierlimit.Limit, error) { return l.s.LimitFor(key) }
 
 // Reset forgets key's state under every limit: the key is back to full capacity.
 func (l *limiter) Reset(ctx context.Context, key string) error { return l.s.Reset(ctx, key) }
 
 // Eviction returns what the Redis server said about evicting keys when last
-// read: at New (within a second), then about once a minute while the
+// read: at New (within NewTimeout), then about once a minute while the
 // limiter is used, on a goroutine of its own. Each reading that differs in
 // risk is reported to WithObserver's Eviction, and logged (log/slog) when
 // it becomes risky or unknown.

@@ -12,6 +12,9 @@ import (
 // says otherwise.
 const DefaultPrefix = store.DefaultPrefix
 
+// NewTimeout is the longest a constructor waits for Redis (see NewGCRA).
+const NewTimeout = store.NewTimeout
+
 // Clock tells the time. Pass one to WithClientClock to decide on the
 // client's clock instead of the Redis server's. It is tierlimit.Clock.
 type Clock = tierlimit.Clock
@@ -72,7 +75,10 @@ func WithClientClock(clock Clock) Option {
 // counts up to the new Rate, the sliding log keeps its log (judged by the
 // new Rate and Period). A bad answer (Limit.Validate, or the algorithm's
 // own rules) makes the call return an error wrapping
-// tierlimit.ErrInvalidLimit. f must be fast, safe for concurrent use, and
+// tierlimit.ErrInvalidLimit. tierlimit.Blocked blocks the key: every call
+// is denied without a call to Redis and without charging it, with
+// Result{Limit: tierlimit.Blocked, Source: tierlimit.SourceBlocked} and
+// RetryAfter 0 (no promise). f must be fast, safe for concurrent use, and
 // must not call the limiter.
 func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	return optionFunc(func(c *store.Config) error {
@@ -87,7 +93,9 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 // WithObserver reports to o each decision of Allow, AllowN and AllowAll
 // (Source remote), each round trip to Redis, by Op ("allow" for Allow,
 // AllowN and each call of AllowAll, "settle" for Settle and AllowAll's
-// give-backs, "reset" for Reset), and each change in the server's eviction
+// give-backs, "reset" for Reset), each Settle that gives a whole charge
+// back (used 0: an admission undone, such as httplimit's give-back of a
+// refused request's charge), and each change in the server's eviction
 // settings (see tierlimit.Observer). Without an observer nothing is
 // measured.
 func WithObserver(o *tierlimit.Observer) Option {

@@ -10,7 +10,7 @@ import (
 // per Period, exact in integer arithmetic. The hybrid tier leases its
 // tokens from the same buckets.
 //
-// A TokenBucket is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle and Reset.
+// A TokenBucket is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
 type TokenBucket struct{ *limiter }
 
 // NewTokenBucket returns a TokenBucket enforcing limit (and any
@@ -28,12 +28,19 @@ func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Op
 // emission interval Period/Rate is exact). It admits exactly what a token
 // bucket of the same limit admits.
 //
-// A GCRA is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle and Reset.
+// A GCRA is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
 type GCRA struct{ *limiter }
 
 // NewGCRA returns a GCRA limiter enforcing limit (and any WithLimits).
 // It returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit and
-// tierlimit.ErrInvalidOption for a nil client or a bad option.
+// tierlimit.ErrInvalidOption for a nil client (a typed nil *redis.Client or
+// *redis.ClusterClient too) or a bad option.
+//
+// Every constructor of the package makes one call to Redis, a reading of
+// its eviction settings (Eviction), and waits for it at most NewTimeout,
+// whatever the client's dial timeouts and retries. A Redis that does not
+// answer by then is not an error: it is logged (log/slog) in plain words,
+// and the limiter's calls return Redis's errors until it answers.
 func NewGCRA(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*GCRA, error) {
 	l, err := newLimiter(rdb, store.GCRA, limit, opts)
 	if err != nil {
@@ -47,7 +54,7 @@ func NewGCRA(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (
 // Period across a window boundary. A denied request may retry when its
 // window ends. Burst must be 0 (or Rate).
 //
-// A FixedWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle and Reset.
+// A FixedWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
 type FixedWindow struct{ *limiter }
 
 // NewFixedWindow returns a FixedWindow limiter enforcing limit (and any
@@ -64,7 +71,7 @@ func NewFixedWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Op
 // admitted event and lasts one Period: at most Rate per window. A denied
 // request is told the time left until its window ends. Burst must be 0 (or Rate).
 //
-// An AnchoredWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle and Reset.
+// An AnchoredWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
 type AnchoredWindow struct{ *limiter }
 
 // NewAnchoredWindow returns an AnchoredWindow limiter enforcing limit (and
@@ -83,7 +90,7 @@ func NewAnchoredWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ..
 // a Rate above 1,000,000 (about 100 MB per key); prefer SlidingWindow or
 // TokenBucket for large rates. Burst must be 0 (or Rate).
 //
-// A SlidingLog is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle and Reset.
+// A SlidingLog is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
 type SlidingLog struct{ *limiter }
 
 // NewSlidingLog returns a SlidingLog limiter enforcing limit (and any
@@ -102,7 +109,7 @@ func NewSlidingLog(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Opt
 // evenly spread). Constant memory per key; never more than Rate in one
 // fixed window. Burst must be 0 (or Rate).
 //
-// A SlidingWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle and Reset.
+// A SlidingWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
 type SlidingWindow struct{ *limiter }
 
 // NewSlidingWindow returns a SlidingWindow limiter enforcing limit (and any

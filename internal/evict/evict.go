@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,16 +27,32 @@ const Every = time.Minute
 // retry is how soon a Watch tries again after failing to reach Redis.
 const retry = 5 * time.Second
 
+// NilClient reports whether rdb is nil: the nil interface, or a typed nil
+// such as a nil *redis.Client, whose methods panic inside go-redis.
+func NilClient(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// errNilClient is Read's error for a nil client (NilClient).
+var errNilClient = errors.New("evict: nil redis client")
+
 // Read returns what every server behind rdb (each master of a Cluster, each
 // shard of a Ring) says about eviction, from INFO (which managed Redis
 // services allow where they refuse CONFIG). The first risky server
 // decides; evicted keys are added up. A server that refuses INFO, or does
 // not report its policy, makes the risk unknown (Err set). The error is
-// non-nil only when a server could not be reached (then nothing is known),
-// or when the client's kind does not fit the server (a plain client on a
-// Cluster node, a Cluster client on a standalone server): then it wraps
-// tierlimit.ErrMisconfigured.
+// non-nil only when a server could not be reached, or rdb is nil
+// (NilClient): then nothing is known; or when the client's kind does not
+// fit the server (a plain client on a Cluster node, a Cluster client on a
+// standalone server): then it wraps tierlimit.ErrMisconfigured.
 func Read(ctx context.Context, rdb redis.UniversalClient) (tierlimit.EvictionRisk, error) {
+	if NilClient(rdb) {
+		return tierlimit.EvictionRisk{}, errNilClient
+	}
 	var (
 		mu       sync.Mutex
 		readings []tierlimit.EvictionRisk
@@ -184,21 +201,21 @@ func (w *Watch) Due(now time.Time) bool {
 // Done ends a check claimed by Due.
 func (w *Watch) Done() { w.polled.Store(false) }
 
-// Check reads the settings now and reports them if they changed.
-func (w *Watch) Check(ctx context.Context) tierlimit.EvictionRisk {
+// Check reads the settings now and reports them if they changed. It
+// returns the reading, and the error that kept it from reaching a server,
+// if one did: the caller says so in its own words (no line is logged for
+// it here), and the last reading stands, or before any, the risk is
+// unknown (a server slow or down at New is not reported safe).
+func (w *Watch) Check(ctx context.Context) (tierlimit.EvictionRisk, error) {
 	r, err := Read(ctx, w.rdb)
 	if errors.Is(err, tierlimit.ErrMisconfigured) {
 		// Not a reading: the caller refuses the client (see store.New).
-		return tierlimit.EvictionRisk{Err: err}
+		return tierlimit.EvictionRisk{Err: err}, err
 	}
 	if err != nil {
 		w.next.Store(time.Now().Add(retry).UnixNano())
-		// A Redis that did not answer says nothing of its settings: the
-		// last reading stands, and before any, the risk is unknown, and
-		// said so once (a server slow or down at New is not reported
-		// safe).
 		if w.checked() {
-			return w.Last()
+			return w.Last(), err
 		}
 		r = tierlimit.EvictionRisk{Err: fmt.Errorf("redis did not answer INFO: %w", err)}
 	} else {
@@ -211,13 +228,13 @@ func (w *Watch) Check(ctx context.Context) tierlimit.EvictionRisk {
 	changed := !had || prev.Risky() != r.Risky() || prev.Known() != r.Known() ||
 		r.Risky() && r.EvictedKeys > prev.EvictedKeys
 	if !changed {
-		return r
+		return r, err
 	}
-	if (r.Risky() && !prev.Risky()) || (!r.Known() && (!had || prev.Known())) {
+	if err == nil && ((r.Risky() && !prev.Risky()) || (!r.Known() && (!had || prev.Known()))) {
 		logline.Or(w.logger).Warn("tierlimit: " + r.String())
 	}
 	if w.report != nil {
 		w.report(r)
 	}
-	return r
+	return r, err
 }

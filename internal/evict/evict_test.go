@@ -104,7 +104,7 @@ func TestWatchUnreachable(t *testing.T) {
 		} else if s.name == "down again" {
 			m.Close()
 		}
-		r := w.Check(ctx)
+		r, _ := w.Check(ctx)
 		if r.Known() != s.known || w.Last().Known() != s.known || len(reports) != s.reports {
 			t.Errorf("%s: Check = %v (known %v), %d reports; want known %v, %d reports",
 				s.name, r, r.Known(), len(reports), s.known, s.reports)
@@ -112,5 +112,23 @@ func TestWatchUnreachable(t *testing.T) {
 	}
 	if len(reports) > 0 && reports[0].Known() {
 		t.Errorf("first report = %v, want an unknown risk", reports[0])
+	}
+}
+
+// TestNilClient: a nil client, typed or not, is refused by Read, never
+// dereferenced inside go-redis.
+func TestNilClient(t *testing.T) {
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
+		if !NilClient(rdb) {
+			t.Errorf("NilClient(%T) = false, want true", rdb)
+		}
+		if _, err := Read(context.Background(), rdb); !errors.Is(err, errNilClient) {
+			t.Errorf("Read(%T) = %v, want errNilClient", rdb, err)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	if NilClient(rdb) {
+		t.Errorf("NilClient(a client) = true, want false")
 	}
 }

@@ -52,7 +52,8 @@ func (g *group) args(l *Limiter, mode string, sign int64) []any {
 // Remaining, on denial the largest RetryAfter of the call that refused.
 // It returns an error wrapping tierlimit.ErrInvalidKey or ErrInvalidCost
 // (tierlimit.MergeTakes, or a take above its key's capacity) before any
-// call.
+// call. A take of a key Config.LimitFunc blocks denies the call
+// (blockedResult) without any call: no key is charged.
 //
 // Keys in one Redis Cluster slot, and all keys on a single Redis, are
 // decided in one script call, atomically. Keys in several slots are
@@ -66,15 +67,18 @@ func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 	if l.alg.holders {
 		return tierlimit.Result{}, errLedger
 	}
-	groups, total, err := l.groups(takes)
-	if err != nil {
-		return tierlimit.Result{}, err
-	}
 	var start time.Time // read only when observed
 	if l.onDecision != nil {
 		start = time.Now()
 	}
+	groups, total, err := l.groups(takes)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
 	res := tierlimit.Result{Allowed: true, Source: tierlimit.SourceRemote, Remaining: -1}
+	if groups == nil {
+		res = blockedResult
+	}
 	for i, g := range groups {
 		r, err := l.runGroup(ctx, "allow", g, g.args(l, modeDecide, 1))
 		if err == nil && r.Allowed {
@@ -91,8 +95,7 @@ func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 		break
 	}
 	if l.onDecision != nil {
-		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: total,
-			Latency: time.Since(start), Limit: res.Limit})
+		l.reportDecision(res, total, time.Since(start))
 	}
 	return res, nil
 }
@@ -107,7 +110,8 @@ func fold(res, r tierlimit.Result) tierlimit.Result {
 }
 
 // groups checks takes and returns them in groups of one call each, in
-// slot order, and the sum of their costs.
+// slot order, and the sum of their costs. It returns no groups (and no
+// error) when a take's key is blocked (blockedPlan): no call is to be made.
 func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 	merged, err := tierlimit.MergeTakes(takes)
 	if err != nil {
@@ -115,6 +119,7 @@ func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 	}
 	var groups []*group
 	var total int64
+	isBlocked := false
 	for _, t := range merged {
 		p, err := l.planOf(t.Key)
 		if err != nil {
@@ -124,6 +129,12 @@ func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 			return nil, 0, fmt.Errorf("remote: take of key %q: %w", t.Key, err)
 		}
 		total += min(t.N, (1<<62)-total) // a sum for the observer only
+		if p == blockedPlan {
+			isBlocked = true
+		}
+		if isBlocked {
+			continue
+		}
 		slot := 0
 		if l.cluster {
 			tag := keyTag(t.Key)
@@ -135,6 +146,9 @@ func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 			groups = append(groups, &group{slot: slot})
 		}
 		groups[i].add(l, t, p)
+	}
+	if isBlocked {
+		return nil, total, nil
 	}
 	slices.SortFunc(groups, func(a, b *group) int { return a.slot - b.slot })
 	return groups, total, nil
@@ -174,7 +188,9 @@ func (l *Limiter) undo(ctx context.Context, groups []*group) error {
 // used; up to full at most) or taken (used > charged; down to empty at
 // most, never denied) under each of the key's limits, in one round trip.
 // Both must be between 0 and the key's capacity (ErrInvalidCost). The
-// Result is Allowed, with Remaining after the correction.
+// Result is Allowed, with Remaining after the correction; for a key
+// Config.LimitFunc blocks, Settle changes nothing and returns
+// blockedResult (not Allowed).
 func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	if l.alg.holders {
 		return tierlimit.Result{}, errLedger
@@ -186,8 +202,14 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	if err := p.checkCost(used); err != nil {
 		return tierlimit.Result{}, err
 	}
+	if p == blockedPlan {
+		return blockedResult, nil
+	}
 	start := l.start()
 	res, _, err := l.run(ctx, l.Keys(key), l.args(modeSettle, 0, 0, p, used-charged), p.limits)
 	l.reportCall("settle", start, err)
+	if err == nil && used == 0 && charged > 0 && l.onGiveBack != nil {
+		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceRemote, N: charged, Limit: p.limits[0]})
+	}
 	return res, err
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/tierlimit/tierlimit"
@@ -45,6 +46,14 @@ func (p *plan) checkCost(n int64) error {
 	return nil
 }
 
+// blockedPlan is the plan of a key Config.LimitFunc blocks
+// (tierlimit.Blocked): no script runs for it, and any cost from 0 up is
+// denied, not refused.
+var blockedPlan = &plan{maxN: math.MaxInt64}
+
+// blockedResult is the denial of every call for a key under blockedPlan.
+var blockedResult = tierlimit.Result{Limit: tierlimit.Blocked, Source: tierlimit.SourceBlocked}
+
 // prepare returns the plan of key, with key and n checked against it.
 func (l *Limiter) prepare(key string, n int64) (*plan, error) {
 	p, err := l.planOf(key)
@@ -58,13 +67,17 @@ func (l *Limiter) prepare(key string, n int64) (*plan, error) {
 }
 
 // planOf returns the plan of key: the default's, or with Config.LimitFunc
-// the plan of its answer. A bad answer is an error wrapping
-// tierlimit.ErrInvalidLimit.
+// the plan of its answer (blockedPlan for tierlimit.Blocked). A bad answer
+// is an error wrapping tierlimit.ErrInvalidLimit.
 func (l *Limiter) planOf(key string) (*plan, error) {
 	if l.fn == nil {
 		return l.def, nil
 	}
-	p, err := l.planFor(l.fn(key))
+	lim := l.fn(key)
+	if lim == tierlimit.Blocked {
+		return blockedPlan, nil
+	}
+	p, err := l.planFor(lim)
 	if err != nil {
 		return nil, fmt.Errorf("remote: limit of key %q: %w", key, err)
 	}
@@ -113,6 +126,26 @@ func (c *planCache) put(lim tierlimit.Limit, p *plan) {
 		c.m = make(map[tierlimit.Limit]*plan)
 	}
 	c.m[lim] = p
+}
+
+// LimitFor returns the limit key is decided under at position 0:
+// Config.LimitFunc's answer, or New's limit when there is none or it is the
+// zero Limit; tierlimit.Blocked for a key the function blocks. Config.Extra
+// applies besides. It returns an error wrapping tierlimit.ErrInvalidKey for
+// a bad key and tierlimit.ErrInvalidLimit for an answer that is neither
+// Blocked nor valid for the algorithm. It makes no call.
+func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
+	if err := tierlimit.CheckKey(key); err != nil {
+		return tierlimit.Limit{}, err
+	}
+	p, err := l.planOf(key)
+	switch {
+	case err != nil:
+		return tierlimit.Limit{}, err
+	case p == blockedPlan:
+		return tierlimit.Blocked, nil
+	}
+	return p.limits[0], nil
 }
 
 // Check returns the error AllowN(key, n) would return for bad input: a bad

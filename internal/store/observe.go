@@ -19,15 +19,26 @@ func (l *Limiter) observedAllow(ctx context.Context, key string, n int64) (tierl
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
+	if p == blockedPlan {
+		l.reportDecision(blockedResult, n, time.Since(start))
+		return blockedResult, nil
+	}
 	res, _, err := l.decide(ctx, key, p, n)
 	lat := time.Since(start)
 	if l.onCall != nil {
 		l.onCall(tierlimit.RedisCall{Op: "allow", Latency: lat, Err: err})
 	}
-	if err == nil && l.onDecision != nil {
-		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: tierlimit.SourceRemote, N: n, Latency: lat, Limit: res.Limit})
+	if err == nil {
+		l.reportDecision(res, n, lat)
 	}
 	return res, err
+}
+
+// reportDecision reports a decision of cost n taken in lat, if observed.
+func (l *Limiter) reportDecision(res tierlimit.Result, n int64, lat time.Duration) {
+	if l.onDecision != nil {
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: lat, Limit: res.Limit})
+	}
 }
 
 // start returns the time a Redis call starts, for reportCall; the zero

@@ -11,6 +11,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tierlimit/tierlimit/internal/logline"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +50,7 @@ type Limiter struct {
 	// unobserved path reads no clock.
 	onDecision func(tierlimit.Decision)
 	onCall     func(tierlimit.RedisCall)
+	onGiveBack func(tierlimit.GiveBack)
 
 	// watch follows the server's eviction settings: read at New, again
 	// about once a minute from a call's goroutine.
@@ -61,11 +64,13 @@ type Limiter struct {
 
 // New returns a Limiter of alg for limit (and cfg.Extra). It returns an
 // error wrapping tierlimit.ErrInvalidLimit for a bad limit and
-// tierlimit.ErrInvalidOption for a nil client or a bad cfg. It reads the
-// server's eviction settings (Eviction) within a second.
+// tierlimit.ErrInvalidOption for a nil client (a typed nil *redis.Client
+// too) or a bad cfg. It reads the server's eviction settings (Eviction),
+// waiting at most NewTimeout: a Redis that does not answer by then is
+// logged (log/slog) in plain words, and New returns the Limiter anyway.
 func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: remote: nil redis client", tierlimit.ErrInvalidOption)
+	if evict.NilClient(rdb) {
+		return nil, fmt.Errorf("%w: remote: nil redis client (%T)", tierlimit.ErrInvalidOption, rdb)
 	}
 	l, err := build(alg, limit, cfg)
 	if err != nil {
@@ -75,15 +80,54 @@ func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg C
 	_, l.cluster = rdb.(*redis.ClusterClient)
 	var onEviction func(tierlimit.EvictionRisk)
 	if o := cfg.Observer; o != nil {
-		l.onDecision, l.onCall, onEviction = o.Decision, o.RedisCall, o.Eviction
+		l.onDecision, l.onCall, l.onGiveBack, onEviction = o.Decision, o.RedisCall, o.GiveBack, o.Eviction
 	}
 	l.watch = evict.NewWatch(rdb, onEviction, cfg.Logger)
-	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), NewTimeout)
 	defer cancel()
-	if r := l.watch.Check(ctx); errors.Is(r.Err, tierlimit.ErrMisconfigured) {
-		return nil, fmt.Errorf("remote: %w", r.Err)
+	if _, err := l.watch.Check(ctx); errors.Is(err, tierlimit.ErrMisconfigured) {
+		return nil, fmt.Errorf("remote: %w", err)
+	} else if err != nil {
+		logline.Or(cfg.Logger).Warn(unreachable(rdb, err))
 	}
 	return l, nil
+}
+
+// NewTimeout bounds what New waits for Redis: its one call, a reading of
+// the server's eviction settings. It is short because nothing depends on
+// that reading but Eviction's answer (which a later call reads again),
+// and a process that starts while Redis is down must not stall on each
+// limiter it builds, whatever go-redis's dial timeouts and retries.
+const NewTimeout = 250 * time.Millisecond
+
+// unreachable says in plain words that rdb did not answer New, with err,
+// the error that kept it from answering.
+func unreachable(rdb redis.UniversalClient, err error) string {
+	what := "did not answer"
+	if errors.Is(err, context.DeadlineExceeded) {
+		what = fmt.Sprintf("did not answer within %v", NewTimeout)
+	}
+	return fmt.Sprintf("tierlimit: redis at %s %s while a limiter was made (%v): the limiter is made anyway "+
+		"and asks redis again on its calls; until redis answers, whether it may evict limiter keys is unknown",
+		addrOf(rdb), what, err)
+}
+
+// addrOf returns the addresses rdb connects to, for a log line.
+func addrOf(rdb redis.UniversalClient) string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *redis.Ring:
+		addrs := make([]string, 0, len(c.Options().Addrs))
+		for _, a := range c.Options().Addrs {
+			addrs = append(addrs, a)
+		}
+		slices.Sort(addrs)
+		return strings.Join(addrs, ",")
+	}
+	return fmt.Sprintf("%T", rdb)
 }
 
 // KeysOf returns the Redis keys, in script order, that a Limiter of alg,
@@ -164,6 +208,8 @@ func (l *Limiter) checkEviction() {
 		defer l.watch.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
 		defer cancel()
+		// A silent Redis leaves the last reading standing: the calls
+		// that fail meanwhile return their own errors.
 		l.watch.Check(ctx)
 	}()
 }
@@ -284,7 +330,8 @@ func (l *Limiter) now() int64 {
 
 // AllowN reports whether n events may happen now for key, and charges them
 // if so. n == 0 peeks: it charges nothing and is always allowed, with
-// Remaining telling what is left.
+// Remaining telling what is left. A key Config.LimitFunc blocks is denied
+// (blockedResult), peeks too, without a call.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if l.observed() {
 		return l.observedAllow(ctx, key, n)
@@ -316,8 +363,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // granted.
 func (l *Limiter) call(ctx context.Context, key string, n int64) (tierlimit.Result, int64, error) {
 	p, err := l.prepare(key, n)
-	if err != nil {
+	switch {
+	case err != nil:
 		return tierlimit.Result{}, 0, err
+	case p == blockedPlan:
+		return blockedResult, 0, nil
 	}
 	return l.decide(ctx, key, p, n)
 }

@@ -48,9 +48,10 @@ type waiter struct {
 // Result, or try's error. It returns tierlimit.ErrWaitDeadline at once
 // when the caller cannot be served before ctx's deadline: its own try
 // retries after it (N then returns the denying Result), or the head of
-// the line it waits in does; and when try denies with the limit
-// tierlimit.Blocked, whose wait has no end. It returns ctx's error when ctx ends first,
-// and tierlimit.ErrClosed after Close.
+// the line it waits in does, or try's denial is of a blocked key
+// (Result.Limit tierlimit.Blocked: no wait ends, and N returns the denial
+// with the error). It returns ctx's error when ctx ends first, and
+// tierlimit.ErrClosed after Close.
 //
 // A caller whose ctx has ended is not tried: a try may charge.
 func (ls *Lines) N(ctx context.Context, key string, try func() (tierlimit.Result, error)) (tierlimit.Result, error) {
@@ -100,8 +101,7 @@ func (ls *Lines) head(ctx context.Context, key string, ln *line, done <-chan str
 			return res, err
 		}
 		if res.Limit == tierlimit.Blocked {
-			// No wait ends: the key opens only when its LimitFunc says so.
-			return res, fmt.Errorf("%w: key %q is blocked", tierlimit.ErrWaitDeadline, key)
+			return res, fmt.Errorf("%w: key %q is blocked (tierlimit.Blocked): no wait ends", tierlimit.ErrWaitDeadline, key)
 		}
 		pause := max(res.RetryAfter, minPause)
 		next := time.Now().Add(pause)

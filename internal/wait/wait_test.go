@@ -350,3 +350,23 @@ func goroutines(want int) int {
 	}
 	return n
 }
+
+// TestBlockedDuringWait: a key blocked while its caller waits (the
+// limiter's try answers tierlimit.Blocked) ends the wait at once with the
+// denial and ErrWaitDeadline, even without a deadline: no wait ends.
+func TestBlockedDuringWait(t *testing.T) {
+	var ls Lines
+	blocked := tierlimit.Result{Limit: tierlimit.Blocked, Source: tierlimit.SourceBlocked}
+	tries := 0
+	try := func() (tierlimit.Result, error) {
+		tries++
+		if tries == 1 {
+			return tierlimit.Result{RetryAfter: time.Millisecond}, nil
+		}
+		return blocked, nil
+	}
+	got, err := ls.N(context.Background(), "k", try)
+	if got != blocked || !errors.Is(err, tierlimit.ErrWaitDeadline) || tries != 2 {
+		t.Errorf("N = %+v, %v after %d tries; want %+v, ErrWaitDeadline after 2", got, err, tries, blocked)
+	}
+}
