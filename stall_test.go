@@ -104,8 +104,8 @@ func TestStalledRedisBoundsEveryMethod(t *testing.T) {
 
 			end := f.begin(t, s)
 			faultEnd := time.Now().Add(stallFor)
-			// Reset as the stall begins (the breaker closed: Reset waits
-			// for Redis) and once the breaker has opened (it does not).
+			// Reset as the stall begins (the breaker closed) and once the
+			// breaker has opened: each waits for Redis at most its bound.
 			start := time.Now()
 			resetErr := lim.Reset(ctx, "r")
 			resetTook := time.Since(start)

@@ -369,12 +369,12 @@ func (m *Middleware) report(r *http.Request, err error, failure bool) {
 	// after a password change, say) must not leave the service unlimited
 	// in silence.
 	if m.logged.Allow(time.Now(), logEvery) {
-		what := "limiter error, failing " + m.policyName()
-		if !failure {
-			what = "limiter refused a request"
+		msg, attrs := "httplimit: a limiter refused a request (logged at most every 10s; WithErrorFunc to handle)", []slog.Attr{slog.Any("err", err)}
+		if failure {
+			msg = "httplimit: limiter error (logged at most every 10s; WithErrorFunc to handle)"
+			attrs = append(attrs, slog.String("failing", m.policyName()))
 		}
-		logline.Or(m.logger).LogAttrs(r.Context(), slog.LevelWarn,
-			"httplimit: "+what+" (logged at most every 10s; WithErrorFunc to handle)", slog.Any("err", err))
+		logline.Or(m.logger).LogAttrs(r.Context(), slog.LevelWarn, msg, attrs...)
 	}
 }
 

@@ -55,7 +55,9 @@ func (l *limiter) heartbeats() {
 	for {
 		select {
 		case <-l.done:
-			l.beat(true, l.cfg.callBudget)
+			// Leaving is Close's: it waits for this goroutine up to
+			// closeDrain, a longer wait than a beat's.
+			l.beat(true, closeDrain)
 			return
 		case <-t.C:
 			l.beat(false, max(l.cfg.callBudget, probeTimeout))

@@ -319,12 +319,12 @@ func (l *limiter) check(ctx context.Context, key string, n int64) error {
 // Tokens leased for it are dropped: Redis's bucket is full again, so they
 // count as refunded (or as lost if Redis could not be reached).
 //
-// Reset waits for Redis as long as a call may be in flight before it
-// counts as failed, at most half a second, or until ctx ends. It returns
-// an error when Redis did not answer by then (wrapping
-// context.DeadlineExceeded), when ctx ended (ctx's error), when the
-// circuit breaker holds calls back, or when Redis failed the call: the
-// key may then still be reset, once Redis runs the call it was sent.
+// Reset waits for Redis at most 750 ms, or until ctx ends, even while the
+// circuit breaker holds decisions' calls back (a reset is asked for, not
+// decided). It returns an error when Redis did not answer by then
+// (wrapping context.DeadlineExceeded), when ctx ended (ctx's error), or
+// when Redis failed the call: the key may then still be reset, once Redis
+// runs the call it was sent.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return err
@@ -337,22 +337,18 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return tierlimit.ErrClosed
 	}
 	defer l.keys.exit(h)
-	if l.brk.open() {
-		return errUnavailable
-	}
-	wait := l.answerWait()
 	var (
 		gaveUp atomic.Bool
 		err    error
 	)
-	if l.detachKey(ctx, h, wait, func() { err = l.reset(ctx, key, h, &gaveUp) }) {
+	if l.detachKey(ctx, h, answerWait, func() { err = l.reset(ctx, key, h, &gaveUp) }) {
 		return err // written before detach saw the work end
 	}
 	gaveUp.Store(true)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("hybrid: reset: redis did not answer within %v: %w", wait, context.DeadlineExceeded)
+	return fmt.Errorf("hybrid: reset: redis did not answer within %v: %w", answerWait, context.DeadlineExceeded)
 }
 
 // reset is Reset's work, under key's lock; it does nothing if its caller
@@ -386,9 +382,8 @@ func (l *limiter) reset(ctx context.Context, key string, h uint64, gaveUp *atomi
 	if ok {
 		l.retire(cached) // no longer in the table: ristretto's Del drops it silently
 	}
-	wait := l.answerWait()
-	ev, err := l.call("reset", wait, func() error {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	ev, err := l.callAnyway("reset", answerWait, func() error {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerWait)
 		defer cancel()
 		return l.bucket.Reset(cctx, key)
 	})
