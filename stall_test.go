@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -320,4 +321,33 @@ func TestForgottenClose(t *testing.T) {
 	if want := limit.Capacity() - 20; r.Remaining != want {
 		t.Errorf("Redis holds %d of k after 20 admissions by dropped limiters, want %d: their leases went back", r.Remaining, want)
 	}
+}
+
+// TestNewOnUnreachableRedis: hybrid.New on a Redis that does not answer (a
+// closed loopback port), with go-redis's default client, returns within
+// about half a second (its calls wait at most 250 ms each), and the limiter
+// decides on its fallback without an error.
+func TestNewOnUnreachableRedis(t *testing.T) {
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
+	defer rdb.Close()
+	start := time.Now()
+	l, err := hybrid.New(rdb, tierlimit.PerSecond(100))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("New on an unreachable Redis = %v, want a limiter", err)
+	}
+	defer l.Close()
+	if took > 750*time.Millisecond {
+		t.Errorf("New on an unreachable Redis took %v, want at most 750ms", took)
+	}
+	for i := range 3 {
+		if _, err := l.Allow(context.Background(), "k"); err != nil {
+			t.Fatalf("Allow %d on an unreachable Redis = %v, want a decision", i, err)
+		}
+	}
+	t.Logf("New took %v", took)
 }

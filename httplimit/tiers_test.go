@@ -133,14 +133,10 @@ func tiers() []tier {
 // tenant written as PerSecond(0) once had the run of the service), and the
 // error func is told that the request was refused; a key its LimitFunc
 // blocks (tierlimit.Blocked) is refused the same way, with no error and no
-// t (on local and remote: hybrid's Blocked is hybrid's own, in its tests);
-// a good key of the same limiter still passes.
+// t; a good key of the same limiter still passes.
 func TestTiersRefuse(t *testing.T) {
 	for _, tr := range tiers() {
 		for _, key := range []string{"bad", "off"} {
-			if key == "off" && tr.name == "hybrid" {
-				continue
-			}
 			t.Run(tr.name+"/"+key, func(t *testing.T) {
 				var errs []error
 				m := mustNew(t, tr.new(t), WithKey(KeyHeader("X-Tenant")),

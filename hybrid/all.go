@@ -18,7 +18,9 @@ import (
 // from no key. Takes of one key are added up. The Result is the most
 // restrictive take's: when admitted, the one with the fewest Remaining;
 // when denied, the one with the longest RetryAfter. Stats counts one
-// decision, under the first take's limit.
+// decision, and Stats.Limits counts it under the first take's limit; the
+// observer's Decision carries the Result's limit (the most restrictive
+// take's).
 //
 // The takes are spent from the keys' leases, all of them or none (a lease
 // that gave its part to a call another lease then refused gets it back at

@@ -68,6 +68,7 @@ type limiter struct {
 	// Observer funcs, nil when not observed.
 	onDecision func(tierlimit.Decision)
 	onCall     func(tierlimit.RedisCall)
+	onGiveBack func(tierlimit.GiveBack)
 
 	// decided counts decisions by source and outcome, striped by key so
 	// that distinct keys decided on different cores do not contend on one
@@ -110,13 +111,15 @@ type limiter struct {
 // Redis behind rdb (a *redis.Client or *redis.ClusterClient). It starts the
 // background goroutines that refill hot leases and refund expired ones.
 //
-// New makes up to three Redis calls: a reading of the server's eviction
-// settings (see Stats.Eviction), within a second; the first heartbeat (see
-// WithHeartbeat), which runs a script that writes under the prefix, within
-// the call budget or a second, whichever is longer: go-redis then has the
-// time to retry a READONLY reply, so that a replica is found at New; and,
-// if Redis answered it, a SCRIPT LOAD of the token bucket's script, so
-// that the first claim does not send and compile it within its budget.
+// New makes up to three Redis calls, each within the call budget or 250 ms
+// (store.NewTimeout, remote.NewTimeout), whichever is longer: a reading of
+// the server's eviction settings (see Stats.Eviction); the first heartbeat
+// (see WithHeartbeat), which runs a script that writes under the prefix;
+// and, if Redis answered it, a SCRIPT LOAD of the token bucket's script, so
+// that the first claim does not send and compile it within its budget. On
+// a Redis that does not answer, New returns within about half a second with
+// the default budget, having logged so in plain words, and the limiter
+// decides on its fallback until Redis answers.
 //
 // New returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit,
 // tierlimit.ErrInvalidOption for a nil client or a bad option, and
@@ -186,7 +189,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	l.share.Store(&fb)
 	var onBreaker func(tierlimit.BreakerChange)
 	if o := cfg.observer; o != nil {
-		l.onDecision, l.onCall, onBreaker = o.Decision, o.RedisCall, o.Breaker
+		l.onDecision, l.onCall, l.onGiveBack, onBreaker = o.Decision, o.RedisCall, o.GiveBack, o.Breaker
 	}
 	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil, bucket.Misconfigured)
 	l.keys, err = newTable(cfg.maxKeys)
@@ -201,7 +204,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	// start and finds a misconfigured client (wrong password, missing ACL
 	// permission) before any decision. Redis down is no error: New then
 	// waits at most the call budget.
-	if err := l.beat(false, max(cfg.callBudget, probeTimeout)); l.bucket.Misconfigured(err) {
+	if err := l.beat(false, max(cfg.callBudget, store.NewTimeout)); l.bucket.Misconfigured(err) {
 		unregister(l)
 		l.keys.release()
 		return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
@@ -209,7 +212,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		// The token bucket's script is loaded now, not sent and compiled
 		// within the first claim's budget. Redis answered the beat: this
 		// takes a round trip; a failure is the first claim's to see.
-		ctx, cancel := context.WithTimeout(context.Background(), max(cfg.callBudget, probeTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), max(cfg.callBudget, store.NewTimeout))
 		_ = l.bucket.Load(ctx)
 		cancel()
 	}
@@ -458,7 +461,8 @@ func leaseHold(ttl time.Duration) time.Duration { return ttl + ttl/2 }
 // before the breaker counts it as failed (see call).
 const stallBudgets = 4
 
-// probeTimeout is the least time New gives its calls to Redis.
+// probeTimeout is the least time a periodic heartbeat waits for Redis:
+// nobody waits on it.
 const probeTimeout = time.Second
 
 // now returns the clock in nanoseconds since the epoch. With the system

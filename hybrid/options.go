@@ -123,7 +123,7 @@ func WithLimits(limits ...tierlimit.Limit) Option {
 // TTL, on every instance, and the key keeps its state in Redis, its tokens
 // capped at the new Burst. Lease bounds (WithLeaseBounds) are capped at
 // each limit's Burst; the fallback holds a key to its own limit's share,
-// unless WithFallbackLimit sets one for every key. A limit f returns that
+// unless WithFallback sets one for every key. A limit f returns that
 // is not valid makes the call that asked return an error wrapping
 // tierlimit.ErrInvalidLimit. f runs under no lock of the limiter: a panic
 // in f reaches the caller whose call asked, and the limiter stays usable;

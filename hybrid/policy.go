@@ -252,7 +252,7 @@ func (p *policy) denial(retry time.Duration, src tierlimit.Source) tierlimit.Res
 }
 
 // shareOf returns what a key of policy p is held to while the breaker is
-// open: WithFallbackLimit's limit, else p's limit divided by the live
+// open: WithFallback's limit, else p's limit divided by the live
 // instances.
 func (l *limiter) shareOf(p *policy) tierlimit.Limit {
 	if p == l.def || l.cfg.fallback != nil {

@@ -35,6 +35,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // tokens that were never charged refills the key all the same, up to its
 // Burst.
 //
+// A whole charge given back (used 0) is reported to the observer's
+// GiveBack (WithObserver).
+//
 // Settle gives back through the key's lease when the lease it was spent
 // from is still held (no Redis call), else to Redis (one call); it takes
 // from the lease what it holds, and what the lease lacks from Redis (one
@@ -45,6 +48,15 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // taken is charged when Redis answers again, as the fallback's admissions
 // are.
 func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
+	res, err := l.settle(ctx, key, charged, used)
+	if err == nil && used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
+		l.onGiveBack(tierlimit.GiveBack{Source: res.Source, N: charged, Limit: res.Limit})
+	}
+	return res, err
+}
+
+// settle is Settle, but for the observer.
+func (l *limiter) settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	if err := l.check(ctx, key, 0); err != nil {
 		return tierlimit.Result{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/httplimit"
+	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -59,5 +60,42 @@ func TestGivenBackCounted(t *testing.T) {
 	label := tierlimit.PerMinute(100).String()
 	if got := testutil.ToFloat64(c.byLimit.WithLabelValues("ip", label, "given_back")); got != 7 {
 		t.Errorf("ip: tierlimit_limit_decisions_total{limit=%q,result=\"given_back\"} = %v, want 7", label, got)
+	}
+}
+
+// TestGivenBackCountedHybrid: the same with a hybrid limiter first, whose
+// give-backs go to its lease (Source local) or to Redis.
+func TestGivenBackCountedHybrid(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := mustNew(t)
+	ip, err := hybrid.New(rdb, tierlimit.PerMinute(100), hybrid.WithObserver(c.Observer("ip")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ip.Close()
+	user, err := remote.NewGCRA(rdb, tierlimit.PerMinute(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := httplimit.New(ip, httplimit.WithName("ip"), httplimit.WithLimiter("user", user, httplimit.KeyHeader("X-User")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 10 {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		r.Header.Set("X-User", "u1")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	var allowed, givenBack float64
+	for _, src := range []string{"local", "remote"} {
+		allowed += testutil.ToFloat64(c.decisions.WithLabelValues("ip", src, "allowed"))
+		givenBack += testutil.ToFloat64(c.decisions.WithLabelValues("ip", src, "given_back"))
+	}
+	if allowed != 10 || givenBack != 7 {
+		t.Errorf("ip: allowed %v, given_back %v; want 10, 7 (allowed − given_back = the 3 admitted)", allowed, givenBack)
 	}
 }
