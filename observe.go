@@ -42,7 +42,7 @@ type Decision struct {
 	Allowed bool
 	Source  Source
 	N       int64         // the cost asked for
-	Latency time.Duration // from the call to the decision
+	Latency time.Duration // from the call to the decision; 0 for hybrid's in-process decisions (a lease, a known block)
 	Limit   Limit         // the limit that decided (Result.Limit): a bounded label for per-limit metrics
 }
 

@@ -452,7 +452,9 @@ func statsCountEveryDecision(t *testing.T, opts ...Option) {
 			case <-time.After(time.Millisecond):
 				e.step(3 * time.Millisecond)
 				if i%5 == 0 {
-					if err := l.Reset(e.ctx, "k"+strconv.Itoa(i%keys)); err != nil {
+					// Reset waits at most its bound (G4): on a loaded machine,
+					// behind 8 workers' claims, it may say Redis did not answer.
+					if err := l.Reset(e.ctx, "k"+strconv.Itoa(i%keys)); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 						t.Error(err)
 					}
 				}
