@@ -443,8 +443,7 @@ func (l *limiter) close() error {
 		// below include the tokens they claimed.
 		start := time.Now()
 		l.waits.Close() // waiters leave with ErrClosed
-		l.keys.gate.Shut()
-		drained := l.keys.gate.Drain(closeDrain)
+		drained := l.keys.shut(closeDrain)
 		close(l.done)
 		awaitGroup(&l.wg, closeDrain-time.Since(start))
 		l.final.Store(true) // see land
@@ -454,11 +453,7 @@ func (l *limiter) close() error {
 			l.keys.release()
 			return
 		}
-		go func() {
-			// ristretto is closed after the last call that uses it.
-			l.keys.gate.Drain(-1)
-			l.keys.release()
-		}()
+		go l.keys.release() // after the last call that uses ristretto
 	})
 	return l.closeErr
 }

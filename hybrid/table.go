@@ -3,6 +3,7 @@ package hybrid
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit/internal/gate"
@@ -262,9 +263,13 @@ func (t *table) each(f func(*entry)) {
 }
 
 // shut turns away the calls that would use ristretto and waits for those
-// inside. Then, and before release, Close alone uses the table: last
-// returns every entry that holds tokens.
-func (t *table) shut() { t.gate.Close() }
+// inside, at most wait; it reports whether none is inside. Then, and
+// before release, Close uses the table with the calls that were still
+// inside, if any: last returns every entry that holds tokens.
+func (t *table) shut(wait time.Duration) (drained bool) {
+	t.gate.Shut()
+	return t.gate.Drain(wait)
+}
 
 // last is holding for Close, between shut and release.
 func (t *table) last() []*entry { return append(t.cached(), t.droppedNow()...) }
@@ -277,5 +282,8 @@ func (t *table) eachLast(f func(*entry)) {
 	}
 }
 
-// release closes ristretto, after shut.
-func (t *table) release() { t.cache.Close() }
+// release closes ristretto, after shut, once no call is inside (it waits).
+func (t *table) release() {
+	t.gate.Drain(-1)
+	t.cache.Close()
+}
