@@ -50,7 +50,7 @@ type modelOp struct {
 	kind string // claim, batch (a claim in batch mode), spend, refund, run (a queued call), peek, allow, tick (and the janitor), limit
 	e    int    // the entry (holder e/keys on key e%keys); the key for peek, allow, limit; the queued call for run
 	min  int64
-	want int64 // claim: most tokens; spend, allow: tokens; tick: ms
+	want int64  // claim: most tokens; spend, allow: tokens; tick: ms
 	fate string // claim, refund, tick's refunds: ok, lost (ran, reply lost), never (never ran), resent (ran twice), late (runs at a run step)
 }
 
