@@ -77,17 +77,18 @@ local record = '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))'
 -- named table, and returns it and the indexes of the next call.
 local function parse_call(j, kj)
   local op, n = ARGV[j], tonumber(ARGV[j + 1])
-  local c = {op = op, n = n, min = 0, want = 0, back = 0, give = 0, gen = 0, held = 0, received = 0,
-    holder = '', keys = {}, lims = {}}
-  local l
+  local c, l
   if op == 'claim' then
-    c.min, c.want, c.gen = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-    c.held, c.received, c.holder, l = tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6]), ARGV[j + 7], j + 8
+    c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), gen = tonumber(ARGV[j + 4]),
+      held = tonumber(ARGV[j + 5]), received = tonumber(ARGV[j + 6]), holder = ARGV[j + 7], keys = {}, lims = {}}
+    l = j + 8
   elseif op == 'refund' then
-    c.back, c.give, c.gen = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-    c.received, c.holder, l = tonumber(ARGV[j + 5]), ARGV[j + 6], j + 7
+    c = {op = op, n = n, min = 0, back = tonumber(ARGV[j + 2]), give = tonumber(ARGV[j + 3]),
+      gen = tonumber(ARGV[j + 4]), received = tonumber(ARGV[j + 5]), holder = ARGV[j + 6], keys = {}, lims = {}}
+    l = j + 7
   elseif op == 'take' then
-    c.min, c.want, l = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), j + 4
+    c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), holder = '', keys = {}, lims = {}}
+    l = j + 4
   else
     error('ledger.lua: unknown op ' .. tostring(op))
   end
@@ -109,17 +110,14 @@ local function read_ledger(b, rest, holder)
     if t then b.total, b.lo, b.hi, recs = tonumber(t), tonumber(l), tonumber(h), rs end
   end
   if recs == '' then return nil end
-  local function mine(rec, a, g, d, x)
-    return {text = rec, held = tonumber(a), gen = tonumber(g), deadline = tonumber(d), handed = tonumber(x)}
-  end
   if b.lo > b.now then
     -- No deadline has passed: only the holder's record is read.
     b.before = recs
     local i = holder ~= '' and string.find(recs, ';' .. holder .. ':', 1, true)
     if not i then return nil end
-    local rec, h, a, g, d, x = string.match(recs, '^' .. record, i)
+    local rec, _, a, g, d, x = string.match(recs, '^' .. record, i)
     if rec then
-      b.mine = mine(rec, a, g, d, x)
+      b.mine = {text = rec, held = tonumber(a), gen = tonumber(g), deadline = tonumber(d), handed = tonumber(x)}
       b.before, b.after = string.sub(recs, 1, i - 1), string.sub(recs, i + #rec)
     end
     return nil
@@ -134,7 +132,11 @@ local function read_ledger(b, rest, holder)
     else
       if deadline > b.hi then b.hi = deadline end
       if b.lo == 0 or deadline < b.lo then b.lo = deadline end
-      if h == holder then b.mine = mine(rec, a, g, d, x) else live[#live + 1] = rec end
+      if h == holder then
+        b.mine = {text = rec, held = held, gen = tonumber(g), deadline = deadline, handed = tonumber(x)}
+      else
+        live[#live + 1] = rec
+      end
     end
   end
   b.before = table.concat(live)
@@ -149,7 +151,7 @@ local function read_bucket(c, i, clock)
   local lim = c.lims[i]
   local unit, per, cap = tb_limit(lim)
   local b = {key = c.keys[i], lim = lim, unit = unit, per = per, cap = cap, k = 0, r = 0, now = clock,
-    total = 0, lo = 0, hi = 0, dirty = false, mine = false, before = '', after = '', rec = nil}
+    total = 0, lo = 0, hi = 0, dirty = false, mine = false, before = '', after = '', rec = false, u = 0}
   local k, r, ts, old, rest = bucket_get(b.key)
   if ts and ts > b.now then b.now = ts end
   local dead = read_ledger(b, rest, c.holder)
@@ -177,14 +179,6 @@ local function read_bucket(c, i, clock)
   b.k, b.r = fill(k, r, b.now - ts, unit, per, cap - total)
   b.total = total
   return b
-end
-
--- undelivered returns what b's record holds that the holder never
--- received: handed - received, 0 without a record (or for a record a
--- call older than the caller's last reply wrote).
-local function undelivered(b, received)
-  if not b.mine then return 0 end
-  return math.max(b.mine.handed - received, 0)
 end
 
 -- set_record writes the holder's record in b: held, gen, deadline, handed
@@ -217,10 +211,12 @@ local function claim(c, B, hold)
     if m and m.gen > c.gen then return 0, 0 end
     if m and m.gen == c.gen then want = 0 end
   end
+  -- What each record holds that the holder never received: handed -
+  -- received (at least 0: a record an old call wrote may count less).
   local u, fresh = nil, want
   for i = 1, c.n do
     local b = B[i]
-    b.u = undelivered(b, c.received)
+    if b.mine then b.u = math.max(b.mine.handed - c.received, 0) end
     if u == nil or b.u < u then u = b.u end
     if b.k < fresh then fresh = b.k end
   end
@@ -252,7 +248,7 @@ local function refund(c, B)
     local b = B[i]
     local m, back = b.mine, c.give
     if m and m.gen < c.gen then
-      back = back + math.min(c.back + undelivered(b, c.received), m.held)
+      back = back + math.min(c.back + math.max(m.handed - c.received, 0), m.held)
       set_record(b, c, 0, 0, 0)
     end
     if back > 0 then
@@ -292,7 +288,7 @@ local function finish(c, B, clock, allowed, hand)
       -- One concatenation: a ledger of many holders is long, and each
       -- string built costs its length.
       local rec = b.rec
-      if rec == nil then
+      if not rec then
         rec = ''
         if b.mine then rec = b.mine.text end
       end
@@ -312,8 +308,16 @@ local function finish(c, B, clock, allowed, hand)
   return reply
 end
 
--- run runs call c at clock: its buckets read, its op applied, its reply.
-local function run(c, clock, hold)
+-- The calls, each read, decided by its op and written in turn.
+local clock, hold, batch = now_us(), tonumber(ARGV[2]), ARGV[3] == 'batch'
+local out, j, kj = {}, 3, 0
+if batch then j = 4 end
+while j <= #ARGV do
+  local c
+  c, j, kj = parse_call(j, kj)
+  if not batch and c.op == 'refund' and not once(KEYS[c.n + 1]) then
+    c.back, c.give = 0, 0 -- this refund ran already
+  end
   local B = {}
   for i = 1, c.n do B[i] = read_bucket(c, i, clock) end
   local allowed, hand = 1, 0
@@ -324,21 +328,7 @@ local function run(c, clock, hold)
   else
     allowed, hand = take(c, B)
   end
-  return finish(c, B, clock, allowed, hand)
+  out[#out + 1] = finish(c, B, clock, allowed, hand)
 end
-
-local clock, hold = now_us(), tonumber(ARGV[2])
-if ARGV[3] == 'batch' then
-  local out, j, kj = {}, 4, 0
-  while j <= #ARGV do
-    local c
-    c, j, kj = parse_call(j, kj)
-    out[#out + 1] = run(c, clock, hold)
-  end
-  return out
-end
-local c = parse_call(3, 0)
-if c.op == 'refund' and not once(KEYS[c.n + 1]) then
-  c.back, c.give = 0, 0 -- this refund ran already
-end
-return run(c, clock, hold)
+if batch then return out end
+return out[1]
