@@ -7,7 +7,7 @@
 -- same tokens from every bucket and is recorded in every ledger (a token
 -- spent counts against every limit). The buckets' state and refill are
 -- lib.lua's (bucket_get, fill); the ledger follows the state in the same
--- string. docs/design.md ("The lease ledger") proves the invariants below.
+-- string.
 --
 -- KEYS     per call, its n keys, one per limit; a lone refund's marker
 --          follows its keys (once in lib.lua).
@@ -57,16 +57,17 @@
 -- A clock behind ts: the call is decided at ts, deadlines included; waits
 -- and TTLs count from the clock the call read.
 --
--- Invariants, per limit, with O the tokens its live records hold:
---   I1 k + O <= cap after every call (k = 0 when O > cap), r < unit, and
---      r = 0 when k + O = cap; the level rises by at most per units a µs,
---      or by what a refund moves from its record;
---   I2 a holder may spend at most its live record's held less its
---      undelivered, and no call raises k + O at one instant;
---   I3 total = the sum of the records' held;
---   I4 a denied call, and a call older than its holder's record, hand
---      nothing; a call sent again hands nothing fresh;
---   I5 every key has a TTL, and lives until the bucket is full after the
+-- Invariants, per limit, with O the tokens its live records hold (L1-L5
+-- in docs/design.md, "The lease ledger's protocol", with the proof):
+--   L1 k + O <= cap after every call (k = 0 when O > cap), r < unit, and
+--      r = 0 when k + O = cap; no call raises k + O at one instant, but
+--      for a refund's give; the level rises by at most per units a µs;
+--   L2 a holder may spend at most its live record's held less its
+--      undelivered;
+--   L3 total = the sum of the records' held;
+--   L4 a denied call hands nothing, a call sent again nothing fresh, a
+--      call older than its holder's record does nothing;
+--   L5 every key has a TTL, and lives until the bucket is full after the
 --      ledger's last deadline.
 
 -- A record of the ledger: its whole text, holder, held, gen, deadline and
@@ -101,7 +102,7 @@ end
 -- read_ledger reads b's ledger rest at b.now into b: its total, lo and hi,
 -- the holder's record as b.mine (named fields), the other records' text in
 -- b.before and b.after, and returns the dead records (deadline <= now),
--- dropped, as {deadline, held} pairs. Keeps I3: total is recounted
+-- dropped, as {deadline, held} pairs. Keeps L3: total is recounted
 -- whenever a record is dropped.
 local function read_ledger(b, rest, holder)
   local recs = ''
@@ -144,7 +145,7 @@ local function read_ledger(b, rest, holder)
 end
 
 -- read_bucket returns limit i's bucket of call c, refilled up to clock (or
--- its ts) and its ledger read. Keeps I1: the level refills up to capacity
+-- its ts) and its ledger read. Keeps L1: the level refills up to capacity
 -- less the records, the ceiling rising at each dead record's deadline in
 -- time order (the level never jumps).
 local function read_bucket(c, i, clock)
@@ -182,7 +183,7 @@ local function read_bucket(c, i, clock)
 end
 
 -- set_record writes the holder's record in b: held, gen, deadline, handed
--- (none when it holds nothing). Keeps I3.
+-- (none when it holds nothing). Keeps L3.
 local function set_record(b, c, held, deadline, handed)
   local was = 0
   if b.mine then was = b.mine.held end
@@ -198,11 +199,11 @@ local function set_record(b, c, held, deadline, handed)
 end
 
 -- claim decides claim c on its buckets B at hold and returns allowed and
--- what it hands. Keeps I2: a record covers what its holder may spend plus
+-- what it hands. Keeps L2: a record covers what its holder may spend plus
 -- its undelivered, lowered to what the holder says it holds, raised only
 -- by a fresh grant taken from the level; anything handed sets a new
 -- deadline (the holder spends for less than hold from its reply). Keeps
--- I4: a call older than the record does nothing, one sent again (its
+-- L4: a call older than the record does nothing, one sent again (its
 -- record's gen) takes nothing fresh, a denied one hands nothing.
 local function claim(c, B, hold)
   local want = c.want
@@ -239,7 +240,7 @@ local function claim(c, B, hold)
   return allowed, hand
 end
 
--- refund applies refund c to its buckets B. Keeps I1 and I2: only a live
+-- refund applies refund c to its buckets B. Keeps L1 and L2: only a live
 -- record of an earlier call gives tokens back, at most its held (what it
 -- moves to the level leaves the ledger), and ends it; give, spent tokens
 -- given back, refills up to the ceiling as any refund does.
@@ -261,7 +262,7 @@ end
 
 -- take takes between c.min and c.want tokens from the level of every
 -- bucket of B, or none, and returns allowed and what it took: no record
--- changes (I2).
+-- changes (L2).
 local function take(c, B)
   local got = c.want
   for i = 1, c.n do
@@ -276,7 +277,7 @@ local function take(c, B)
 end
 
 -- finish writes every changed bucket of B and returns call c's reply.
--- Keeps I5: the TTL outlasts the last deadline plus the time the level
+-- Keeps L5: the TTL outlasts the last deadline plus the time the level
 -- takes to fill; a state with no record is tokenbucket.lua's.
 local function finish(c, B, clock, allowed, hand)
   local reply = {allowed, hand}
