@@ -785,6 +785,29 @@ var modelCases = []struct {
 		// At bf9c672: "level plus live records rose from 9 to 10 at one
 		// instant".
 	},
+	{
+		// The janitor's refund lands after the record's deadline, on top
+		// of what the ceiling gave back (found by TestLedgerModel on
+		// today's script: V4).
+		name: "V4 a refund after its record's deadline",
+		seq: `keys=1 holders=1 limits=1
+			claim e=0 min=4 want=4 fate=ok
+			tick ms=1500 fate=ok`,
+		// At bf9c672: "level plus live records rose from 6 to 10 at one
+		// instant".
+	},
+	{
+		// A denied claim hands over what a lost claim granted.
+		name: "V1 denied",
+		seq: `keys=1 holders=1 limits=1
+			claim e=0 min=0 want=3 fate=ok
+			claim e=0 min=2 want=3 fate=resent
+			batch e=0 min=0 want=4 fate=late
+			run e=0
+			batch e=0 min=5 want=5 fate=ok`,
+		// At bf9c672: "h0.0's denied claim {Min:5 Want:5 ... Orphan:3}
+		// handed 4 tokens" (V1's denied case).
+	},
 }
 
 // TestLedgerModelCases plays modelCases on miniredis and a real Redis.
