@@ -30,17 +30,30 @@ import (
 // in place of the short default.
 const modelEnv = "TIERLIMIT_LEDGER_MODEL"
 
+// modelScale is how many of the clock's ms a model's ms is: a real Redis's
+// TTLs run on the wall clock, and at this scale the shortest the script
+// sets (a part of a token's refill, the ticks being whole model ms) is a
+// second, which no sequence's steps take, where at 1 it is 2 ms.
+const modelScale = 1000
+
+// slow returns l at modelScale: its Period modelScale times longer.
+func slow(l tierlimit.Limit) tierlimit.Limit {
+	l.Period *= modelScale
+	return l
+}
+
 // The model's limits: the key's limit is one of modelLimits (a limit
 // change switches it), the extra limits are the first 0 to 2 of
-// modelExtra. Every capacity is at least modelMaxWant.
+// modelExtra. Every capacity is at least modelMaxWant. Rates and times
+// are per model second (slow).
 var (
-	modelLimits = []tierlimit.Limit{tierlimit.PerSecond(10), tierlimit.PerSecond(20).WithBurst(8)}
-	modelExtra  = []tierlimit.Limit{tierlimit.PerMinute(240).WithBurst(15), tierlimit.PerSecond(5).WithBurst(12)}
+	modelLimits = []tierlimit.Limit{slow(tierlimit.PerSecond(10)), slow(tierlimit.PerSecond(20).WithBurst(8))}
+	modelExtra  = []tierlimit.Limit{slow(tierlimit.PerMinute(240).WithBurst(15)), slow(tierlimit.PerSecond(5).WithBurst(12))}
 )
 
 const (
 	modelMaxWant = 6
-	modelTTL     = time.Second // a holder spends for one lease TTL after a grant, as hybrid does
+	modelTTL     = modelScale * time.Second // a holder spends for one lease TTL after a grant, as hybrid does
 	modelHold    = modelTTL + modelTTL/2
 )
 
@@ -317,7 +330,7 @@ func (st *modelState) step(o modelOp) string {
 		k := o.e % st.seq.keys
 		st.lim[k] = 1 - st.lim[k]
 	case "tick":
-		st.now = st.now.Add(time.Duration(o.want) * time.Millisecond)
+		st.now = st.now.Add(time.Duration(o.want) * modelScale * time.Millisecond)
 		st.clock.Set(st.now)
 		if msg := st.expireKeys(); msg != "" {
 			return msg
@@ -540,7 +553,7 @@ func (st *modelState) check() string {
 			for _, e := range st.entries {
 				if e.key == k && e.spendable(st.now) > live[e.name] {
 					return fmt.Sprintf("key %d limit %d: %s may spend %d until %v, its live record holds %d",
-						k, i, e.name, e.spendable(st.now), e.until.Sub(t0), live[e.name])
+						k, i, e.name, e.spendable(st.now), e.until.Sub(t0)/modelScale, live[e.name])
 				}
 			}
 		}
