@@ -414,6 +414,31 @@ func (st *modelState) claim(e *modelEntry, o modelOp) string {
 	if n > 0 {
 		e.until = st.now.Add(modelTTL)
 	}
+	if res.Allowed {
+		return st.delivered(e)
+	}
+	return ""
+}
+
+// delivered checks that an allowed claim's reply, delivered, left e
+// nothing undelivered: in some limit its record handed what e received
+// (the others may hold more, stranded). A record that holds nothing is
+// gone.
+func (st *modelState) delivered(e *modelEntry) string {
+	least := int64(-1)
+	for _, rk := range st.tb.Keys(st.key(e.key)) {
+		_, l := st.ledger(rk)
+		i := slices.IndexFunc(l.Records, func(r Record) bool { return r.Holder == e.name })
+		if i < 0 {
+			return ""
+		}
+		if u := l.Records[i].Handed - e.received; least < 0 || u < least {
+			least = u
+		}
+	}
+	if least != 0 {
+		return fmt.Sprintf("%s received %d, its records say %d more (at least) were handed to it", e.name, e.received, least)
+	}
 	return ""
 }
 
