@@ -846,6 +846,36 @@ var modelCases = []struct {
 		// At bf9c672: "h0.0's denied claim {Min:5 Want:5 ... Orphan:3}
 		// handed 4 tokens" (V1's denied case).
 	},
+	{
+		// Late claims of one holder run out of order after its records
+		// died: one older than the record must do nothing (found with
+		// the gen check removed from ledger.lua's claim).
+		name: "stale claims after a new record",
+		seq: `keys=1 holders=1 limits=1
+			claim e=0 min=1 want=6 fate=late
+			batch e=1 min=4 want=4 fate=late
+			batch e=0 min=2 want=2 fate=late
+			run e=0
+			claim e=1 min=1 want=3 fate=ok
+			tick ms=2500 fate=late
+			claim e=1 min=3 want=3 fate=ok
+			run e=0
+			run e=1`,
+	},
+	{
+		// Late claims running after a record died: a claim must not raise
+		// its record by more than it takes (found with the record set to
+		// held + undelivered + fresh, unlowered).
+		name: "late claims after a deadline",
+		seq: `keys=1 holders=1 limits=1
+			claim e=0 min=1 want=1 fate=late
+			claim e=0 min=3 want=3 fate=resent
+			batch e=0 min=4 want=6 fate=late
+			batch e=0 min=1 want=4 fate=late
+			tick ms=1000 fate=resent
+			run e=1
+			run e=1`,
+	},
 }
 
 // TestLedgerModelCases plays modelCases on miniredis and a real Redis.
