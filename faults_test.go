@@ -581,7 +581,8 @@ func TestFaultFlush(t *testing.T) {
 			// past the budget, and some of those return an error (a context
 			// deadline) after Redis ran them.
 			// The lease ledger hands such a claim's grant over at the key's
-			// next claim or refund (store.Claim's Orphan): none is stranded.
+			// next claim, or takes it back at its refund (store.Claim's
+			// Received): none is stranded.
 			// A claim over the budget is a denial (Source fallback), never
 			// an admission the fallback made.
 			var noScript, fellBack atomic.Int64
@@ -713,8 +714,8 @@ func TestFaultConnectionResets(t *testing.T) {
 	}
 	t.Logf("tokens debited in Redis but neither spent nor refunded: %d (lost %d, the rest in calls whose reply was cut)", unaccounted, st.Lost)
 	// A cut reply strands no tokens when the claim's next call, or its
-	// resend, hands them over (Claim.Orphan, Claim.Gen): what is left is
-	// orphans whose record passed its deadline first (75 ms here), which
+	// resend, hands them over (Claim.Received, Claim.Gen): what is left is
+	// grants whose record passed its deadline first (75 ms here), which
 	// on a loaded machine is most of them (figures in docs/design.md).
 	// testLeaseLedgerOrphan pins each case; this bound catches a gross
 	// regression only.

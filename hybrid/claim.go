@@ -203,7 +203,7 @@ func (l *limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 		granted, res, err = l.bucket.Lease(cctx, e.key, c)
 		return err
 	})
-	l.replied(e, c, err)
+	l.replied(e, granted, err)
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 		granted, res, err = l.bucket.Lease(cctx, e.key, c)
 		return err
 	})
-	l.replied(e, c, err)
+	l.replied(e, granted, err)
 	if err != nil {
 		return err
 	}
@@ -242,35 +242,36 @@ func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 }
 
 // claimOf returns the claim of between lo and want tokens for e: with a
-// ledger (the default), numbered, with what e holds now and its orphan. The caller
-// holds e's key lock: e's claims and refunds are numbered in the order they
-// are made.
+// ledger (the default), numbered, with what e holds now and what its
+// replies granted. The caller holds e's key lock: e's claims and refunds
+// are numbered in the order they are made.
 func (l *limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
 	if l.cfg.ledger {
-		c.Holder, c.Gen, c.Held = e.holder, e.gen.Add(1), e.tokens.Load()
-		c.Orphan = e.orphan.Load()
+		c.Holder, c.Gen, c.Held, c.Received = e.holder, e.gen.Add(1), e.tokens.Load(), e.received.Load()
 	}
 	return c
 }
 
-// replied records whether e's claim c got Redis's reply, under e's key
-// lock: a claim whose call failed may still have run, and the ledger then
-// holds what it granted, which e's next claim asks for (store.Claim's
-// Orphan: the first claim since the last reply). A reply settles every
-// claim before it; an error reply ran nothing.
-func (l *limiter) replied(e *entry, c store.Claim, err error) {
+// replied records, under e's key lock, that a claim of e's got Redis's
+// reply granting granted, or failed with err. A claim whose call failed
+// may still have run: the ledger then holds what it granted, and hands it
+// to e's next claim (store.Claim.Received) or takes it back with e's next
+// refund, which the janitor sends for it (lost). An error reply ran
+// nothing.
+func (l *limiter) replied(e *entry, granted int64, err error) {
 	var reply redis.Error
 	switch {
 	case !l.cfg.ledger:
 		return
 	case err == nil:
-		e.orphan.Store(0)
+		e.received.Add(granted)
+		return
 	case errors.As(err, &reply) || l.bucket.Misconfigured(err):
-	case e.orphan.Load() == 0:
-		e.orphan.Store(c.Gen)
+		return
 	}
-	if e.orphan.Load() > 0 && e.evicted.Load() {
+	e.lost.Store(true)
+	if e.evicted.Load() {
 		l.keys.keep(e) // after the Store: see table.forget
 	}
 }

@@ -141,7 +141,7 @@ func (l *limiter) claimAll(op string, todo []*entry, claimFor func(*entry) store
 		return nil
 	})
 	for i, g := range grants {
-		l.replied(live[i], claims[i], g.Err)
+		l.replied(live[i], g.Granted, g.Err)
 		if g.Err == nil {
 			got(live[i], claims[i], g)
 		}

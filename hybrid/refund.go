@@ -41,9 +41,9 @@ func (l *limiter) refundHeld(now time.Time, all bool) error {
 // (all of them when all is set, at Close) and returns their refunds; it
 // stops following the dropped entries that hold no tokens.
 //
-// An entry's tokens are taken under its key lock, with the number of its
-// last claim, which the refund names: the bucket's ledger then ends the
-// entry's record unless a later claim wrote it.
+// An entry's tokens are taken under its key lock, and the refund numbered
+// after its last claim (store.Refund.Gen): the bucket's ledger then ends
+// the entry's record unless a later claim ran first.
 func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Refund {
 	refunds := make([]store.Refund, 0, len(entries))
 	for _, e := range entries {
@@ -54,30 +54,26 @@ func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Ref
 		// Redis takes to answer, which in an outage can be seconds: the
 		// janitor leaves e to its next round, a quarter TTL later (a
 		// claim that grants extends e's lease anyway). Close cannot wait:
-		// it takes the tokens with the number of the claim in flight,
+		// it takes the tokens with a number after the claim in flight,
 		// whose grant, if it lands, is never spent.
 		mu := l.keyLock(e.key)
 		locked := mu.TryLock()
 		if !locked && !all {
 			continue
 		}
-		gen, t := e.gen.Load(), e.tokens.Swap(0)
-		var orphan int64
-		if locked {
-			orphan = e.orphan.Swap(0)
-			mu.Unlock()
-		}
-		if t > 0 || orphan > 0 {
-			// A claim whose reply never came may have run: its grant,
-			// recorded in the ledger, goes back too (store.Refund's
-			// Orphan). Close, which cannot wait for a claim in flight,
-			// leaves it.
+		t := e.tokens.Swap(0)
+		// A claim whose reply never came may have run: what it granted,
+		// recorded in the ledger, goes back too (store.Refund.Received).
+		lost := e.lost.Swap(false)
+		if t > 0 || lost && l.cfg.ledger {
 			r := e.policy().refund(e.key, t, l.refundID())
 			if l.cfg.ledger {
-				r.Holder, r.Gen = e.holder, gen
-				r.Orphan = orphan
+				r.Holder, r.Gen, r.Received = e.holder, e.gen.Add(1), e.received.Load()
 			}
 			refunds = append(refunds, r)
+		}
+		if locked {
+			mu.Unlock()
 		}
 		if e.evicted.Load() {
 			l.forget(e)
@@ -257,7 +253,7 @@ func (l *limiter) refundLast(refunds []store.Refund) error {
 		outstanding int64
 	)
 	for _, r := range refunds {
-		outstanding += r.N
+		outstanding += r.N + r.Spent
 	}
 	detach(context.Background(), closeRefund, func() {
 		s, f, e := l.sendRefunds(refunds, true)
@@ -306,12 +302,12 @@ func (l *limiter) sendRefunds(refunds []store.Refund, anyway bool) (sent, lost i
 		})
 		l.report(&ev)
 		for _, r := range batch {
-			sent += r.N
+			sent += r.N + r.Spent
 		}
 		// Tokens not refunded now are lost, never retried: by the time
 		// Redis answers again the bucket has refilled them anyway.
 		for _, f := range failed {
-			lost += f.N
+			lost += f.N + f.Spent
 		}
 		if callErr != nil && err == nil {
 			err = callErr

@@ -161,7 +161,8 @@ func (l *limiter) takeUpTo(e *entry, d int64) int64 {
 // one call; if it fails they are lost (Stats.Lost). With the ledger the
 // refund ends e's record, whose count of what e may still spend would
 // otherwise cap the refund (the bucket refills only up to what records
-// leave): e's lease goes back with it, as the janitor's refund takes it.
+// leave): e's lease goes back with it, as the janitor's refund takes it,
+// and d as spent tokens given back (store.Refund.Spent).
 func (l *limiter) giveToRedis(e *entry, d int64) {
 	mu := l.keyLock(e.key)
 	mu.Lock()
@@ -177,13 +178,15 @@ func (l *limiter) giveToRedis(e *entry, d int64) {
 	p := e.policy()
 	r := p.refund(e.key, d, l.refundID())
 	if l.cfg.ledger {
-		r.N = min(d+e.tokens.Swap(0), p.capacity)
-		r.Holder, r.Gen = e.holder, e.gen.Load()
+		r.N, r.Spent = e.tokens.Swap(0), d
+		r.Holder, r.Gen, r.Received = e.holder, e.gen.Add(1), e.received.Load()
+		e.lost.Store(false)
 	}
 	if l.refund([]store.Refund{r}, false) == nil {
-		// Redis holds what it held and r.N more, up to its capacity (less
-		// what other holders hold): what Settle's Result reports.
-		e.remote.Store(min(max(0, e.remote.Load())+r.N, p.capacity))
+		// Redis holds what it held and r.N + r.Spent more, up to its
+		// capacity (less what other holders hold): what Settle's Result
+		// reports.
+		e.remote.Store(min(max(0, e.remote.Load())+r.N+r.Spent, p.capacity))
 	}
 }
 
@@ -211,7 +214,7 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 		return err
 	})
 	l.report(&ev)
-	l.replied(e, c, err)
+	l.replied(e, granted, err)
 	if err != nil {
 		e.owed.Add(d)
 		if e.evicted.Load() {
@@ -219,8 +222,8 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 		}
 		return true
 	}
-	// More than d granted is an earlier claim's grant handed over again
-	// (store.Claim's Orphan): the lease's. What is left, spent by the
+	// More than d granted is an earlier claim's grant whose reply was lost,
+	// handed over now (store.Claim.Received): the lease's. What is left, spent by the
 	// events settled, may hold some of it too: debited all the same.
 	if extra := granted - d; extra > 0 {
 		l.stats.leased.Add(extra)

@@ -36,7 +36,11 @@ func TestSettle(t *testing.T) {
 				t.Fatalf("AllowN(k, %d) = %+v, %v; want allowed", tt.charged, r, err)
 			}
 			if tt.expire {
-				e.step(2 * DefaultLeaseTTL)
+				// The janitor's round after the lease's TTL: within a
+				// quarter TTL, before the ledger's record of the lease
+				// passes its deadline (leaseHold), after which a refund
+				// gives none of the lease's tokens back.
+				e.step(DefaultLeaseTTL + DefaultLeaseTTL/4)
 				if err := l.refundHeld(e.clock.Now(), false); err != nil {
 					t.Fatal(err)
 				}

@@ -28,7 +28,8 @@ type entry struct {
 	// Claims, refills and the janitor only.
 	holder     string                        // e's name in the bucket's lease ledger: unique in the fleet
 	gen        atomic.Int64                  // e's claims so far, with the ledger; written under the key lock, read by Close without it
-	orphan     atomic.Int64                  // the Gen of e's first claim since a reply, if its call failed without one (0: none); written under the key lock
+	received   atomic.Int64                  // what e's claims' replies granted, in total (store.Claim.Received); written under the key lock
+	lost       atomic.Bool                   // a claim's call failed without a reply since e's last refund: the ledger may hold tokens for e that e never got
 	expires    atomic.Int64                  // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64                  // ns of the last claim
 	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done
@@ -192,7 +193,7 @@ func (t *table) droppedFor(key string) (*entry, bool) {
 }
 
 // holding returns every entry that holds tokens, owes some to Redis, or
-// may have been granted some it never heard of (an orphan claim):
+// may have been granted some it never heard of (a reply lost):
 // ristretto's and the dropped ones. Once shut, it returns the dropped ones
 // only.
 func (t *table) holding() []*entry {
@@ -208,7 +209,7 @@ func (t *table) holding() []*entry {
 func (t *table) cached() []*entry {
 	var out []*entry
 	t.cache.IterValues(func(e *entry) bool {
-		if e.tokens.Load() > 0 || e.owed.Load() > 0 || e.orphan.Load() > 0 {
+		if e.tokens.Load() > 0 || e.owed.Load() > 0 || e.lost.Load() {
 			out = append(out, e)
 		}
 		return false
@@ -239,7 +240,7 @@ func (t *table) droppedNow() []*entry {
 // calls keep, and forget checks them under mu.
 func (t *table) forget(e *entry) (gone bool) {
 	t.mu.Lock()
-	if e.tokens.Load() == 0 && e.owed.Load() == 0 && e.orphan.Load() == 0 {
+	if e.tokens.Load() == 0 && e.owed.Load() == 0 && !e.lost.Load() {
 		_, gone = t.dropped[e]
 		delete(t.dropped, e)
 		if t.lastDropped[e.key] == e {

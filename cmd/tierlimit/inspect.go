@@ -310,7 +310,7 @@ func (st keyState) printLedger(line func(string, string, ...any)) {
 	var sum int64
 	for _, r := range st.ledger.Records {
 		sum += r.Held
-		line("holder", "%s: %d tokens at most, after claim #%d, which handed out %d; spends none after %s", r.Holder, r.Held, r.Gen, r.Grant, st.ago(r.Deadline))
+		line("holder", "%s: %d tokens at most, after call #%d, %d handed to it in all; spends none after %s", r.Holder, r.Held, r.Gen, r.Handed, st.ago(r.Deadline))
 	}
 	if st.bad != nil {
 		line("holder", "%v (docs/operations.md)", st.bad)

@@ -103,7 +103,7 @@ func TestInspect(t *testing.T) {
 		`sorted set expires in 2s \(its TTL is extended once a Period\)`,
 		`refund     marker of the idempotent refund "lease-7"`,
 		`algorithm  tb: token bucket`,
-		`holder     inst\.1: 2 tokens at most, after claim #1, which handed out 2; spends none after in 1s`,
+		`holder     inst\.1: 2 tokens at most, after call #1, 2 handed to it in all; spends none after in 1s`,
 		`held       2 tokens by 1 holder`,
 	} {
 		if !regexp.MustCompile(want).MatchString(stdout) {

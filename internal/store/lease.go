@@ -29,29 +29,28 @@ type Claim struct {
 	Limit tierlimit.Limit
 
 	// A bucket with a ledger (Config.Hold) records what each holder
-	// holds, and needs the next three fields (and Refund 0: use Refund to
+	// holds, and needs the next four fields (and Refund 0: use Refund to
 	// give back); any other bucket needs them zero.
 	//
 	// Holder names who holds the tokens granted: unique in the fleet
 	// (an instance and its lease, say), at most 64 bytes, without ":" or
 	// ";".
 	Holder string
-	// Gen numbers the holder's claims, increasing (from 1): a Refund names
-	// the last one before it. A claim with the Gen of the holder's live
+	// Gen numbers the holder's claims and refunds, increasing (from 1),
+	// in the order it makes them. A claim with the Gen of the holder's
 	// record is taken for that claim sent again (go-redis resends a
-	// command whose connection broke): it is granted what the claim handed
-	// out, and nothing is taken twice.
+	// command whose connection broke): it takes nothing fresh. A call
+	// with a lower Gen than the record's ran after a later call of the
+	// holder, and does nothing.
 	Gen int64
 	// Held is what the holder still holds of its earlier grants as it
-	// claims (at least; >= 0): the ledger lowers its entry to it.
+	// claims (at least; >= 0): the ledger lowers its record to it.
 	Held int64
-	// Orphan, if not 0, is the Gen of the holder's first claim whose call
-	// failed without a reply (Redis may have run it), no later claim's
-	// reply having come either (each named Orphan too). If one of them ran
-	// (its record is live), what the last that ran handed out is granted
-	// again by this claim, not taken twice: a reply lost on the way
-	// strands no tokens.
-	Orphan int64
+	// Received is the total the holder's replies have granted it so far
+	// (>= 0). The ledger counts the total it handed the holder: what the
+	// holder never received (replies lost on the way) is granted again by
+	// this claim, with any fresh tokens, and taken nothing twice.
+	Received int64
 }
 
 // Lease takes between c.Min and c.Want tokens for key in one round trip,
@@ -89,12 +88,12 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	if c.peek() {
 		return p, nil
 	}
-	if l.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Refund != 0 || c.Orphan < 0 || c.Orphan >= c.Gen) {
-		return nil, fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0, Refund 0 and 0 <= Orphan < Gen",
+	if l.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Received < 0 || c.Refund != 0) {
+		return nil, fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0, Received >= 0 and Refund 0",
 			tierlimit.ErrInvalidCost, c)
 	}
-	if !l.alg.holders && c.Orphan != 0 {
-		return nil, fmt.Errorf("%w: remote: an orphan claim for a bucket without a lease ledger", tierlimit.ErrInvalidCost)
+	if !l.alg.holders && (c.Held != 0 || c.Received != 0) {
+		return nil, fmt.Errorf("%w: remote: Held or Received for a bucket without a lease ledger", tierlimit.ErrInvalidCost)
 	}
 	return p, l.checkHolder(c.Holder, c.Gen)
 }
@@ -102,7 +101,7 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 // peek reports whether c only reads the bucket: it wants nothing, gives
 // nothing back and names no holder, on a ledger or not.
 func (c Claim) peek() bool {
-	return c.Want == 0 && c.Refund == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Orphan == 0
+	return c.Want == 0 && c.Refund == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Received == 0
 }
 
 // errNoLease is returned by Lease, LeaseBatch and Refund on an algorithm
@@ -136,28 +135,31 @@ func (l *Limiter) checkHolder(holder string, gen int64) error {
 // claimArgs returns the ARGV of claim c under p.
 func (l *Limiter) claimArgs(c Claim, p *plan) []any {
 	if l.alg.holders {
-		gen, held, holder := c.holding()
-		return l.ledgerArgs(c, p, gen, held, holder)
+		return l.ledgerCall(append(make([]any, 0, 12+len(p.specs)), l.now(), l.hold), c, p)
 	}
 	return l.args(modeDecide, c.Want, c.Refund, p, c.Min)
 }
 
-// holding returns the gen, held and holder ledger.lua is told of claim c:
-// a peek's are those of a call that holds nothing.
-func (c Claim) holding() (gen, held int64, holder string) {
+// ledgerCall appends to args the fields of claim c under p as ledger.lua
+// reads one call: a holder's claim, or a take of no holder's (a peek).
+func (l *Limiter) ledgerCall(args []any, c Claim, p *plan) []any {
 	if c.peek() {
-		return 0, -1, ""
+		args = append(args, "take", len(p.specs), 0, 0)
+	} else {
+		args = append(args, "claim", len(p.specs), c.Min, c.Want, c.Gen, c.Held, c.Received, c.Holder)
 	}
-	return c.Gen, c.Held, c.Holder
+	for _, spec := range p.specs {
+		args = append(args, spec)
+	}
+	return args
 }
 
-// ledgerArgs returns the ARGV of ledger.lua for claim c's Min, Want and
-// Refund under p, by holder: p's first limit's spec in ARGV[5], the
-// others' after the orphan.
-func (l *Limiter) ledgerArgs(c Claim, p *plan, gen, held int64, holder string) []any {
-	args := make([]any, 0, 9+len(p.specs))
-	args = append(args, l.now(), c.Min, c.Want, c.Refund, p.specs[0], l.hold, gen, held, holder, c.Orphan)
-	for _, spec := range p.specs[1:] {
+// takeArgs returns the ARGV of ledger.lua for a take of n tokens under p,
+// no holder's (AllowN).
+func (l *Limiter) takeArgs(n int64, p *plan) []any {
+	args := make([]any, 0, 6+len(p.specs))
+	args = append(args, l.now(), l.hold, "take", len(p.specs), n, n)
+	for _, spec := range p.specs {
 		args = append(args, spec)
 	}
 	return args
@@ -177,15 +179,23 @@ type Refund struct {
 	// run twice. Use an ID unique to this refund, at most 64 bytes; it
 	// costs a short-lived marker key in Redis.
 	ID string
-	// Holder and Gen, for a bucket with a ledger only: the holder giving
-	// the tokens back, which then holds none, and the Gen of its last
-	// claim before it counted them (a later claim's entry stays).
-	Holder string
-	Gen    int64
-	// Orphan, for a bucket with a ledger only, as Claim's: the grant of
-	// the holder's claim Orphan, if it ran, is given back too. N may then
+	// Holder, Gen and Received, for a bucket with a ledger only: the
+	// holder giving the tokens back, which then holds none; the number of
+	// this refund (as Claim.Gen: after every claim of the holder's made
+	// before it); the total the holder's replies granted it (as
+	// Claim.Received). The ledger takes N, and what replies the holder
+	// never got handed it, back from the holder's live record, at most
+	// what that holds, and ends it; without a live record of an earlier
+	// Gen (it passed its deadline, or a later claim ran first) it gives
+	// none of N back: the bucket has taken them back already. N may then
 	// be 0.
-	Orphan int64
+	Holder   string
+	Gen      int64
+	Received int64
+	// Spent, for a bucket with a ledger only: tokens spent that are given
+	// back all the same (hybrid's Settle), taken back whatever the ledger
+	// holds, as a refund without a ledger is.
+	Spent int64
 }
 
 // Refund gives tokens back to their buckets, capped at capacity, in one
@@ -202,17 +212,17 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if err != nil {
 			return refunds, fmt.Errorf("remote: refund's limit: %w", err)
 		}
-		if r.N == 0 && r.Orphan > 0 && l.alg.holders {
-			err = p.check(r.Key, 1) // an orphan's grant only: the key's check
+		if r.N == 0 && l.alg.holders {
+			err = p.check(r.Key, 1) // what replies never delivered only: the key's check
 		} else {
 			err = p.check(r.Key, r.N)
 		}
 		if err != nil {
 			return refunds, err
 		}
-		if r.Orphan < 0 || r.Orphan > r.Gen || (!l.alg.holders && r.Orphan != 0) {
-			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Orphan <= Gen, and a ledger for an orphan",
-				tierlimit.ErrInvalidCost, r)
+		if r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN || (!l.alg.holders && (r.Received != 0 || r.Spent != 0)) {
+			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Received, 0 <= Spent <= %d, and a ledger for either",
+				tierlimit.ErrInvalidCost, r, p.maxN)
 		}
 		plans[i] = p
 		if len(r.ID) > 64 {
@@ -234,7 +244,12 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if !l.alg.holders {
 			return keys, l.args(modeDecide, 0, r.N, plans[i], 0)
 		}
-		return keys, l.ledgerArgs(Claim{Refund: r.N, Orphan: r.Orphan}, plans[i], r.Gen, -1, r.Holder)
+		args := make([]any, 0, 9+len(plans[i].specs))
+		args = append(args, l.now(), l.hold, "refund", len(plans[i].specs), r.N, r.Spent, r.Gen, r.Received, r.Holder)
+		for _, spec := range plans[i].specs {
+			args = append(args, spec)
+		}
+		return keys, args
 	})
 	var errs []error
 	for i, c := range cmds {
@@ -313,16 +328,11 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 	}
 	cmds := l.pipeline(ctx, "claim", len(batches), func(b int) ([]string, []any) {
 		ks := make([]string, 0, len(batches[b])*len(l.bases))
-		args := make([]any, 0, 3+8*len(batches[b]))
-		args = append(args, l.now(), "batch", l.hold)
+		args := make([]any, 0, 3+10*len(batches[b]))
+		args = append(args, l.now(), l.hold, "batch")
 		for _, i := range batches[b] {
-			c, p := claims[i], plans[i]
 			ks = l.appendKeys(ks, keys[i])
-			gen, held, holder := c.holding()
-			args = append(args, len(p.specs), c.Min, c.Want, gen, held, holder, c.Orphan)
-			for _, spec := range p.specs {
-				args = append(args, spec)
-			}
+			args = l.ledgerCall(args, claims[i], plans[i])
 		}
 		return ks, args
 	})

@@ -17,16 +17,18 @@ type Ledger struct {
 
 // Record is one holder's record in a lease ledger.
 type Record struct {
-	Holder   string
-	Held     int64 // tokens the holder may still spend, at most
-	Gen      int64 // the number of its last claim
+	Holder string
+	// Held is the tokens the holder may still spend, at most, plus those
+	// handed to it in replies it never got.
+	Held     int64
+	Gen      int64 // the number of its last call
 	Deadline int64 // µs of the server clock after which it spends none
-	Grant    int64 // what its last claim handed out
+	Handed   int64 // the total ever handed to the holder in replies
 }
 
 // SplitLedger splits the value of a token bucket's key into the bucket's
 // state, "k:r:ts:unit:per:cap", and the lease ledger that may follow it,
-// "|total:lo:hi" then a record ";holder:held:gen:deadline:grant" per
+// "|total:lo:hi" then a record ";holder:held:gen:deadline:handed" per
 // holder (the zero Ledger for a bucket without one).
 func SplitLedger(v string) (state string, l Ledger, err error) {
 	state, rest, ok := strings.Cut(v, "|")
@@ -46,9 +48,9 @@ func SplitLedger(v string) (state string, l Ledger, err error) {
 		holder, nums, _ := strings.Cut(s, ":")
 		f, err := ParseInts(nums, 4)
 		if holder == "" || err != nil {
-			return state, l, fmt.Errorf("ledger record %q: want holder:held:gen:deadline:grant", s)
+			return state, l, fmt.Errorf("ledger record %q: want holder:held:gen:deadline:handed", s)
 		}
-		l.Records = append(l.Records, Record{Holder: holder, Held: f[0], Gen: f[1], Deadline: f[2], Grant: f[3]})
+		l.Records = append(l.Records, Record{Holder: holder, Held: f[0], Gen: f[1], Deadline: f[2], Handed: f[3]})
 	}
 	return state, l, nil
 }

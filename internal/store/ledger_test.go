@@ -32,15 +32,17 @@ func testLeaseLedger(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	received := map[string]int64{} // per holder, what its replies granted
 	claim := func(holder string, gen, held, want int64) func() (int64, error) {
 		return func() (int64, error) {
-			n, _, err := tb.Lease(ctx, "k", Claim{Min: min(1, want), Want: want, Holder: holder, Gen: gen, Held: held})
+			n, _, err := tb.Lease(ctx, "k", Claim{Min: min(1, want), Want: want, Holder: holder, Gen: gen, Held: held, Received: received[holder]})
+			received[holder] += n
 			return n, err
 		}
 	}
 	refund := func(holder string, gen, n int64) func() (int64, error) {
 		return func() (int64, error) {
-			_, err := tb.Refund(ctx, Refund{Key: "k", N: n, Holder: holder, Gen: gen})
+			_, err := tb.Refund(ctx, Refund{Key: "k", N: n, Holder: holder, Gen: gen, Received: received[holder]})
 			return 0, err
 		}
 	}
@@ -63,11 +65,11 @@ func testLeaseLedger(t *testing.T, b backend) {
 		{"a's deadline passed", ms(1050), nil, 0, 9},
 		{"full again", ms(1200), nil, 0, 10},
 		{"b claims 5", ms(1200), claim("b", 1, 0, 5), 5, 5},
-		{"b refunds 5", ms(1200), refund("b", 1, 5), 0, 10},
+		{"b refunds 5", ms(1200), refund("b", 2, 5), 0, 10},
 		{"c claims 3", ms(1200), claim("c", 1, 0, 3), 3, 7},
 		{"c claims 2 more", ms(1200), claim("c", 2, 3, 2), 2, 5},
-		// A refund counted before c's second claim leaves c's entry (5)
-		// and is capped at the ceiling, 10 - 5.
+		// A refund made before c's second claim, run after it, leaves c's
+		// entry (5) and gives nothing back: the ceiling is 10 - 5.
 		{"c's stale refund", ms(1200), refund("c", 1, 3), 0, 5},
 		{"ceiling while c holds 5", ms(2000), nil, 0, 5},
 		// Someone else's AllowN admits from the level only.
@@ -143,7 +145,7 @@ func testLedgerBesidePlain(t *testing.T, b backend) {
 	}
 	_, got, err := SplitLedger(v)
 	d := t0.Add(time.Second).UnixMicro()
-	want := Ledger{Total: 4, Lo: d, Hi: d, Records: []Record{{Holder: "a", Held: 4, Gen: 1, Deadline: d, Grant: 4}}}
+	want := Ledger{Total: 4, Lo: d, Hi: d, Records: []Record{{Holder: "a", Held: 4, Gen: 1, Deadline: d, Handed: 4}}}
 	if err != nil || got.Total != want.Total || got.Lo != want.Lo || got.Hi != want.Hi || !slices.Equal(got.Records, want.Records) {
 		t.Fatalf("ledger after a plain call = %+v, %v; want %+v", got, err, want)
 	}
@@ -165,8 +167,9 @@ func TestLeaseLedgerOrphanRedis(t *testing.T) {
 }
 
 // testLeaseLedgerOrphan: a claim whose reply the holder never got (it ran,
-// or it did not) is named as the Orphan of the holder's next claim, which
-// then hands over what the orphan granted, once, and takes nothing twice.
+// or it did not): the holder's next claim, which says what the holder
+// received (Received), is handed what the orphan granted, once, and takes
+// nothing twice.
 // With an extra limit that does not bind, every step is the same: the
 // orphan's grant is recorded in both ledgers and handed over once.
 func testLeaseLedgerOrphan(t *testing.T, b backend) {
@@ -197,33 +200,31 @@ func playOrphans(t *testing.T, b backend, extra []tierlimit.Limit) {
 	for _, s := range []step{
 		{"a claims 10, holding 0", Claim{Min: 1, Want: 10, Holder: "a", Gen: 1}, 10, 90},
 		// a spent 4 of them; its claim 2 runs, but a never hears back.
-		{"a's claim 2 (its reply lost)", Claim{Min: 1, Want: 20, Holder: "a", Gen: 2, Held: 6}, 20, 70},
-		// Claim 3 names claim 2: its 20 come back, with 5 new ones.
-		{"a's claim 3 names the orphan", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2}, 25, 65},
+		{"a's claim 2 (its reply lost)", Claim{Min: 1, Want: 20, Holder: "a", Gen: 2, Held: 6, Received: 10}, 20, 70},
+		// Claim 3 says a received 10: claim 2's 20 come back, with 5 new ones.
+		{"a's claim 3 after the lost reply", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Received: 10}, 25, 65},
 		// go-redis sends claim 3 again (its connection broke after the
 		// write): it is handed the same 25, and nothing is taken again.
-		{"a's claim 3 sent again", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Orphan: 2}, 25, 65},
-		// An orphan that never ran (the entry is at claim 1): nothing.
+		{"a's claim 3 sent again", Claim{Min: 1, Want: 5, Holder: "a", Gen: 3, Held: 6, Received: 10}, 25, 65},
+		// A lost claim that never ran (the entry is at claim 1): nothing.
 		{"b's first claim", Claim{Min: 1, Want: 10, Holder: "b", Gen: 1}, 10, 55},
-		{"b names a claim that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Orphan: 2}, 10, 45},
-		// The orphan's grant is what it handed out, whatever the holder
-		// said it held: here more than its record (a give-back into its
-		// lease).
+		{"b's claim after one that did not run", Claim{Min: 1, Want: 10, Holder: "b", Gen: 3, Held: 10, Received: 10}, 10, 45},
+		// The lost grant is what it handed out, whatever the holder said
+		// it held: here more than its record (a give-back into its lease).
 		{"e claims 10", Claim{Min: 1, Want: 10, Holder: "e", Gen: 1}, 10, 35},
-		{"e's claim 2, holding 15 (reply lost)", Claim{Min: 1, Want: 5, Holder: "e", Gen: 2, Held: 15}, 5, 30},
-		{"e's claim 3 names it", Claim{Min: 1, Want: 5, Holder: "e", Gen: 3, Held: 15, Orphan: 2}, 10, 25},
-		// Two replies lost in a row: claim 3 recovered claim 2's grant and
-		// took 5 more, and claim 4, still naming claim 2 (the first without
-		// a reply), gets both.
+		{"e's claim 2, holding 15 (reply lost)", Claim{Min: 1, Want: 5, Holder: "e", Gen: 2, Held: 15, Received: 10}, 5, 30},
+		{"e's claim 3 after it", Claim{Min: 1, Want: 5, Holder: "e", Gen: 3, Held: 15, Received: 10}, 10, 25},
+		// Two replies lost in a row: claim 3 handed claim 2's grant and 5
+		// more, and claim 4 gets both.
 		{"f claims 10", Claim{Min: 1, Want: 10, Holder: "f", Gen: 1}, 10, 15},
-		{"f's claim 2 (reply lost)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 2, Held: 10}, 5, 10},
-		{"f's claim 3 names it (reply lost too)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 3, Held: 10, Orphan: 2}, 10, 5},
-		{"f's claim 4 names claim 2", Claim{Min: 1, Want: 1, Holder: "f", Gen: 4, Held: 10, Orphan: 2}, 11, 4},
-		{"f's claim 4 sent again", Claim{Min: 1, Want: 1, Holder: "f", Gen: 4, Held: 10, Orphan: 2}, 11, 4},
-		// The orphan covers min: a claim of at least 3 with 4 recovered is
-		// granted with nothing left to take.
+		{"f's claim 2 (reply lost)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 2, Held: 10, Received: 10}, 5, 10},
+		{"f's claim 3 (reply lost too)", Claim{Min: 1, Want: 5, Holder: "f", Gen: 3, Held: 10, Received: 10}, 10, 5},
+		{"f's claim 4", Claim{Min: 1, Want: 1, Holder: "f", Gen: 4, Held: 10, Received: 10}, 11, 4},
+		{"f's claim 4 sent again", Claim{Min: 1, Want: 1, Holder: "f", Gen: 4, Held: 10, Received: 10}, 11, 4},
+		// The undelivered covers min: a claim of at least 3 with 4
+		// undelivered is granted with nothing left to take.
 		{"c drains the bucket, reply lost", Claim{Min: 1, Want: 4, Holder: "c", Gen: 1}, 4, 0},
-		{"c's claim of 3 on an empty bucket", Claim{Min: 3, Want: 3, Holder: "c", Gen: 2, Orphan: 1}, 4, 0},
+		{"c's claim of 3 on an empty bucket", Claim{Min: 3, Want: 3, Holder: "c", Gen: 2}, 4, 0},
 	} {
 		n, r, err := tb.Lease(ctx, "k", s.c)
 		if err != nil {
@@ -233,26 +234,27 @@ func playOrphans(t *testing.T, b backend, extra []tierlimit.Limit) {
 			t.Errorf("%s: granted %d, %+v; want %d granted, allowed, %d remaining", s.name, n, r, s.granted, s.remained)
 		}
 	}
-	// A refund covers the claims numbered up to its own: h's janitor takes
-	// its 10 tokens with claim 2 (its reply lost) as the orphan, but claim
-	// 3 runs before the refund does. The refund gives back the 10 and no
-	// orphan's grant: claim 3's entry no longer counts claim 2's (stranded,
-	// never minted), and claim 3's five are h's (the refund once gave them
-	// back too, and minted them).
+	// A refund covers the calls numbered before its own: h's janitor takes
+	// its 10 tokens after claim 2 (its reply lost), as refund 3, but claim
+	// 4 runs before the refund does. Claim 4 is handed claim 2's 5 and 5
+	// more, and its record no longer counts the 10 (h said it held none):
+	// they go back as the bucket refills. The refund, older than the
+	// record, gives nothing back: claim 4's ten are h's (a refund once gave
+	// them back too, and minted them).
 	for _, c := range []Claim{
 		{Min: 1, Want: 10, Holder: "h", Gen: 1},
-		{Min: 1, Want: 5, Holder: "h", Gen: 2, Held: 10},
-		{Min: 1, Want: 5, Holder: "h", Gen: 3},
+		{Min: 1, Want: 5, Holder: "h", Gen: 2, Held: 10, Received: 10},
+		{Min: 1, Want: 5, Holder: "h", Gen: 4, Received: 10},
 	} {
 		if _, _, err := tb.Lease(ctx, "k2", c); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tb.Refund(ctx, Refund{Key: "k2", N: 10, Holder: "h", Gen: 2, Orphan: 2}); err != nil {
+	if _, err := tb.Refund(ctx, Refund{Key: "k2", N: 10, Holder: "h", Gen: 3, Received: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := tb.AllowN(ctx, "k2", 0); err != nil || r.Remaining != 90 {
-		t.Errorf("after a refund of 10 racing claim 3: %+v, %v; want 90 remaining (80 + 10)", r, err)
+	if r, err := tb.AllowN(ctx, "k2", 0); err != nil || r.Remaining != 80 {
+		t.Errorf("after a refund of 10 racing claim 4: %+v, %v; want 80 remaining (100 - 10 - 5 - 5)", r, err)
 	}
 }
 
@@ -283,10 +285,10 @@ func TestLeaseLedgerInput(t *testing.T) {
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a:b"}, tierlimit.ErrInvalidKey}, // spells a record's fields
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a;b"}, tierlimit.ErrInvalidKey}, // spells the records' separator
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a", Held: -1}, tierlimit.ErrInvalidCost},
-		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost},         // refund in a claim
-		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Orphan: 2}, tierlimit.ErrInvalidCost}, // an orphan not before the claim
-		{plain, Claim{Min: 1, Want: 1, Orphan: 1}, tierlimit.ErrInvalidCost},                       // no ledger to recover from
-		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},                      // no ledger to record it
+		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost},            // refund in a claim
+		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Received: -1}, tierlimit.ErrInvalidCost}, // a negative total received
+		{plain, Claim{Min: 1, Want: 1, Received: 1}, tierlimit.ErrInvalidCost},                        // no ledger to count it
+		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},                         // no ledger to record it
 		{plain, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},
 		{gcra, Claim{Min: 1, Want: 1}, errNoLease}, // only a token bucket leases
 	}
@@ -360,9 +362,9 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 		now := t0
 		m.SetTime(now)
 		type holder struct {
-			name      string
-			gen, held int64
-			until     time.Time // spends nothing from then on
+			name                string
+			gen, held, received int64
+			until               time.Time // spends nothing from then on
 		}
 		hs := []*holder{{name: "a"}, {name: "b"}, {name: "c"}}
 		var spent int64
@@ -377,7 +379,8 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 				return
 			}
 			refunds++
-			if _, err := tb.Refund(ctx, Refund{Key: "k", N: h.held, Holder: h.name, Gen: h.gen, ID: "r" + string(rune('0'+refunds))}); err != nil {
+			h.gen++ // a refund is numbered after the claims before it
+			if _, err := tb.Refund(ctx, Refund{Key: "k", N: h.held, Holder: h.name, Gen: h.gen, Received: h.received, ID: "r" + string(rune('0'+refunds))}); err != nil {
 				t.Fatal(err)
 			}
 			h.held = 0
@@ -387,7 +390,7 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 			switch op >> 2 & 3 {
 			case 0: // claim; with arg's bit 3, its reply is lost and go-redis sends it again
 				h.gen++
-				c := Claim{Min: 1, Want: arg%8 + 1, Holder: h.name, Gen: h.gen, Held: h.held}
+				c := Claim{Min: 1, Want: arg%8 + 1, Holder: h.name, Gen: h.gen, Held: h.held, Received: h.received}
 				lease := func() (int64, error) { n, _, err := tb.Lease(ctx, "k", c); return n, err }
 				if h.gen%2 == 0 { // every other claim in batch mode, as refills claim
 					lease = func() (int64, error) { g := tb.LeaseBatch(ctx, []string{"k"}, []Claim{c})[0]; return g.Granted, g.Err }
@@ -401,6 +404,7 @@ func playLedger(t *testing.T, m *miniredis.Miniredis, rdb *redis.Client, ops []b
 				if err != nil {
 					t.Fatal(err)
 				}
+				h.received += n
 				if n > 0 {
 					h.held += n
 					h.until = now.Add(ttl)

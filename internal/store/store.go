@@ -377,7 +377,7 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int64) (tie
 	var args []any
 	switch {
 	case l.alg.holders:
-		args = l.ledgerArgs(Claim{Min: n, Want: n}, p, 0, -1, "")
+		args = l.takeArgs(n, p)
 	case p == l.def && l.clock == nil && n == 1:
 		args = l.oneArgs
 	default:

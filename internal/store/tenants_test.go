@@ -26,17 +26,18 @@ func TestLeasePerKeyLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var gen int64
+			var gen, received int64
 			claim := func(c Claim) (int64, tierlimit.Result) {
 				t.Helper()
 				if hold != 0 {
 					gen++ // a claim numbered as the last is that claim sent again
-					c.Holder, c.Gen = "a", gen
+					c.Holder, c.Gen, c.Received = "a", gen, received
 				}
 				n, res, err := tb.Lease(ctx, "k", c)
 				if err != nil {
 					t.Fatalf("Lease(%+v) = %v", c, err)
 				}
+				received += n
 				return n, res
 			}
 			if n, _ := claim(Claim{Min: 10, Want: 10}); n != 10 {
