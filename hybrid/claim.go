@@ -249,6 +249,7 @@ func (l *limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
 	if l.cfg.ledger {
 		c.Holder, c.Gen, c.Held, c.Received = e.holder, e.gen.Add(1), e.tokens.Load(), e.received.Load()
+		c.Live = l.live(e)
 	}
 	return c
 }
@@ -317,6 +318,14 @@ func (l *limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 		e.blockedUntil.Store(now + int64(l.blockFor(p, res)))
 	}
 }
+
+// live reports whether e's record in the bucket's ledger should be live:
+// a grant reached e less than a lease TTL ago (the ledger keeps a record
+// for leaseHold after its grant, longer) and no refund ended it since
+// (giveToRedis clears expires). Redis keeps a key at least until its
+// records' deadlines, so a claim or refund of a live e that finds the key
+// gone tells the script that Redis lost its state (store.Claim.Live).
+func (l *limiter) live(e *entry) bool { return e.expires.Load() > l.now() }
 
 // land adds n granted tokens to e's lease. Tokens that land after Close
 // took the leases' tokens back (a claim that ran past Close's wait) are

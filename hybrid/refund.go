@@ -68,7 +68,7 @@ func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Ref
 		if t > 0 || lost && l.cfg.ledger {
 			r := e.policy().refund(e.key, t, l.refundID())
 			if l.cfg.ledger {
-				r.Holder, r.Gen, r.Received = e.holder, e.gen.Add(1), e.received.Load()
+				r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
 			}
 			refunds = append(refunds, r)
 		}

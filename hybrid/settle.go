@@ -179,8 +179,9 @@ func (l *limiter) giveToRedis(e *entry, d int64) {
 	r := p.refund(e.key, d, l.refundID())
 	if l.cfg.ledger {
 		r.N, r.Spent = e.tokens.Swap(0), d
-		r.Holder, r.Gen, r.Received = e.holder, e.gen.Add(1), e.received.Load()
+		r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
 		e.lost.Store(false)
+		e.expires.Store(0) // the refund ends e's record
 	}
 	if l.refund([]store.Refund{r}, false) == nil {
 		// Redis holds what it held and r.N + r.Spent more, up to its

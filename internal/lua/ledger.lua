@@ -30,8 +30,8 @@
 -- ARGV[3]  the mode: 'batch' (the calls follow from ARGV[4], all claims or
 --          takes, in order, at one clock; the reply lists theirs), or the
 --          op of the one call that follows from ARGV[3]:
---   claim    op n min want gen held received holder lim1..limn
---   refund   op n back give gen received holder lim1..limn
+--   claim    op n min want gen held received live holder lim1..limn
+--   refund   op n back give gen received live holder lim1..limn
 --   take     op n min want lim1..limn (AllowN, or a peek with want 0)
 --          n: the limits; lim "unit:per:cap" (unit: units per token, per:
 --          units refilled per µs, cap: capacity in tokens); min: fewer
@@ -41,7 +41,11 @@
 --          number is the same call sent again, one with a lower number
 --          runs after a later call and does nothing); held: the tokens the
 --          holder still holds (an upper bound); received: the total the
---          holder's replies have handed it; back: the leased tokens a
+--          holder's replies have handed it; live: 1 if the holder's
+--          record should be live (a grant reached it less than a lease
+--          TTL ago, well within hold, and no refund ended it since), so
+--          that an absent key means its state was lost (flushed, evicted,
+--          a restart from empty), 0 if not; back: the leased tokens a
 --          refund gives back (the holder holds none after it); give:
 --          tokens spent that a refund gives back all the same (Settle's);
 --          holder: never ':' or ';' (the store checks).
@@ -81,12 +85,14 @@ local function parse_call(j, kj)
   local c, l
   if op == 'claim' then
     c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), gen = tonumber(ARGV[j + 4]),
-      held = tonumber(ARGV[j + 5]), received = tonumber(ARGV[j + 6]), holder = ARGV[j + 7], keys = {}, lims = {}}
-    l = j + 8
+      held = tonumber(ARGV[j + 5]), received = tonumber(ARGV[j + 6]), live = ARGV[j + 7] == '1', holder = ARGV[j + 8],
+      keys = {}, lims = {}}
+    l = j + 9
   elseif op == 'refund' then
     c = {op = op, n = n, min = 0, back = tonumber(ARGV[j + 2]), give = tonumber(ARGV[j + 3]),
-      gen = tonumber(ARGV[j + 4]), received = tonumber(ARGV[j + 5]), holder = ARGV[j + 6], keys = {}, lims = {}}
-    l = j + 7
+      gen = tonumber(ARGV[j + 4]), received = tonumber(ARGV[j + 5]), live = ARGV[j + 6] == '1', holder = ARGV[j + 7],
+      keys = {}, lims = {}}
+    l = j + 8
   elseif op == 'take' then
     c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), holder = '', keys = {}, lims = {}}
     l = j + 4
@@ -161,7 +167,13 @@ local function read_bucket(c, i, clock)
     k, r, ts = bucket_convert(k, r, ts, old, b.now, unit, cap, total)
     b.dirty = true
   end
-  if not k then
+  if not k and c.live then
+    -- Lost state: the key lived until its records' deadlines (L5), so
+    -- Redis lost it while this holder's record was live. The fleet can
+    -- prove no level: the bucket starts again empty, not full, and is
+    -- written so that it refills from now.
+    k, r, ts, b.dirty = 0, 0, b.now, true
+  elseif not k then
     k, r, ts = math.max(cap - total, 0), 0, b.now
   elseif k >= cap - total then
     k, r = math.max(cap - total, 0), 0

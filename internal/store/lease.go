@@ -51,6 +51,12 @@ type Claim struct {
 	// holder never received (replies lost on the way) is granted again by
 	// this claim, with any fresh tokens, and taken nothing twice.
 	Received int64
+	// Live says that the holder's record should be live: a grant reached
+	// the holder less than a lease TTL ago (well within the ledger's
+	// hold) and no refund ended the record since. A key Redis no longer
+	// has then lost its state (flushed, evicted, a restart from empty):
+	// its bucket starts again empty, not full (G1).
+	Live bool
 }
 
 // Lease takes between c.Min and c.Want tokens for key in one round trip,
@@ -92,8 +98,8 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 		return nil, fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0, Received >= 0 and Refund 0",
 			tierlimit.ErrInvalidCost, c)
 	}
-	if !l.alg.holders && (c.Held != 0 || c.Received != 0) {
-		return nil, fmt.Errorf("%w: remote: Held or Received for a bucket without a lease ledger", tierlimit.ErrInvalidCost)
+	if !l.alg.holders && (c.Held != 0 || c.Received != 0 || c.Live) {
+		return nil, fmt.Errorf("%w: remote: Held, Received or Live for a bucket without a lease ledger", tierlimit.ErrInvalidCost)
 	}
 	return p, l.checkHolder(c.Holder, c.Gen)
 }
@@ -101,7 +107,7 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 // peek reports whether c only reads the bucket: it wants nothing, gives
 // nothing back and names no holder, on a ledger or not.
 func (c Claim) peek() bool {
-	return c.Want == 0 && c.Refund == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Received == 0
+	return c.Want == 0 && c.Refund == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Received == 0 && !c.Live
 }
 
 // errNoLease is returned by Lease, LeaseBatch and Refund on an algorithm
@@ -146,12 +152,20 @@ func (l *Limiter) ledgerCall(args []any, c Claim, p *plan) []any {
 	if c.peek() {
 		args = append(args, "take", len(p.specs), 0, 0)
 	} else {
-		args = append(args, "claim", len(p.specs), c.Min, c.Want, c.Gen, c.Held, c.Received, c.Holder)
+		args = append(args, "claim", len(p.specs), c.Min, c.Want, c.Gen, c.Held, c.Received, flag(c.Live), c.Holder)
 	}
 	for _, spec := range p.specs {
 		args = append(args, spec)
 	}
 	return args
+}
+
+// flag is a bool as ledger.lua reads one.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // takeArgs returns the ARGV of ledger.lua for a take of n tokens under p,
@@ -192,6 +206,8 @@ type Refund struct {
 	Holder   string
 	Gen      int64
 	Received int64
+	// Live, for a bucket with a ledger only, as Claim.Live.
+	Live bool
 	// Spent, for a bucket with a ledger only: tokens spent that are given
 	// back all the same (hybrid's Settle), taken back whatever the ledger
 	// holds, as a refund without a ledger is.
@@ -220,7 +236,7 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if err != nil {
 			return refunds, err
 		}
-		if r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN || (!l.alg.holders && (r.Received != 0 || r.Spent != 0)) {
+		if r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN || (!l.alg.holders && (r.Received != 0 || r.Spent != 0 || r.Live)) {
 			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Received, 0 <= Spent <= %d, and a ledger for either",
 				tierlimit.ErrInvalidCost, r, p.maxN)
 		}
@@ -244,8 +260,8 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if !l.alg.holders {
 			return keys, l.args(modeDecide, 0, r.N, plans[i], 0)
 		}
-		args := make([]any, 0, 9+len(plans[i].specs))
-		args = append(args, l.now(), l.hold, "refund", len(plans[i].specs), r.N, r.Spent, r.Gen, r.Received, r.Holder)
+		args := make([]any, 0, 10+len(plans[i].specs))
+		args = append(args, l.now(), l.hold, "refund", len(plans[i].specs), r.N, r.Spent, r.Gen, r.Received, flag(r.Live), r.Holder)
 		for _, spec := range plans[i].specs {
 			args = append(args, spec)
 		}
