@@ -163,3 +163,35 @@ func every(t *testing.T, d time.Duration, f func() error) (stop func()) {
 		<-finished
 	}
 }
+
+// TestOOMUnderEvictionIsNoError: a Redis whose maxmemory-policy evicts keys
+// but that cannot free enough answers the scripts with OOM. That is memory
+// pressure, not a misconfiguration: hybrid.New succeeds, and no caller gets
+// an error (the breaker counts the failures, the fallback decides).
+// Under noeviction the same reply is ErrMisconfigured
+// (TestMisconfigurationMatrix).
+func TestOOMUnderEvictionIsNoError(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"maxmemory-policy", "allkeys-lru"}, {"maxmemory", "1"}} {
+		if err := admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := hybrid.New(defaultClient(t, s), tierlimit.PerSecond(1000))
+	if err != nil {
+		t.Fatalf("New on a full Redis under allkeys-lru = %v, want a limiter", err)
+	}
+	defer l.Close()
+	for i := range 200 {
+		if _, err := l.Allow(ctx, "k"+strconv.Itoa(i%10)); err != nil {
+			t.Fatalf("Allow %d on a full Redis under allkeys-lru = %v, want a decision", i, err)
+		}
+	}
+	st := l.Stats()
+	t.Logf("stats %+v", st)
+	if st.RedisErrors == 0 {
+		t.Errorf("no Redis call failed on a Redis that refuses every write: the test did not reach OOM")
+	}
+}
