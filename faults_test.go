@@ -642,14 +642,21 @@ func TestFaultFlush(t *testing.T) {
 			if name != "SCRIPT FLUSH" {
 				return
 			}
-			if noScript.Load() != 0 || fellBack.Load() != 0 || st.Lost != 0 {
-				t.Errorf("SCRIPT FLUSH: %d calls failed with NOSCRIPT, the fallback admitted %d, %d lost; want 0, 0, 0 (NOSCRIPT is absorbed)",
-					noScript.Load(), fellBack.Load(), st.Lost)
+			if noScript.Load() != 0 || fellBack.Load() != 0 {
+				t.Errorf("SCRIPT FLUSH: %d calls failed with NOSCRIPT, the fallback admitted %d; want 0, 0 (NOSCRIPT is absorbed)",
+					noScript.Load(), fellBack.Load())
 			}
+			// Nothing debited twice, nothing stranded but what Stats counts
+			// lost: a janitor's refund that a loaded machine sends past its
+			// record's deadline gives none back (the ledger's L2), and is
+			// counted so.
+			var held, want int64
 			for k, level := range levels(t, admin, limit, res.admitted) {
-				if v, want := res.admitted[k], limit.Capacity()-res.admitted[k]; level != want {
-					t.Errorf("key %s: Redis holds %d after %d admitted, want %d", k, level, v, want)
-				}
+				held += level
+				want += limit.Capacity() - res.admitted[k]
+			}
+			if held != want-st.Lost {
+				t.Errorf("Redis holds %d for the keys after %d admitted, want %d (capacity - admitted - %d lost)", held, admitted, want-st.Lost, st.Lost)
 			}
 		})
 	}

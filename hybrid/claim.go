@@ -319,12 +319,12 @@ func (l *limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 	}
 }
 
-// live reports whether e's record in the bucket's ledger should be live:
-// a grant reached e less than a lease TTL ago (the ledger keeps a record
-// for leaseHold after its grant, longer) and no refund ended it since
-// (giveToRedis clears expires). Redis keeps a key at least until its
-// records' deadlines, so a claim or refund of a live e that finds the key
-// gone tells the script that Redis lost its state (store.Claim.Live).
+// live reports whether a grant reached e less than a lease TTL ago and no
+// refund of e's has been sent since (giveToRedis and collect clear
+// expires). The ledger keeps its key at least leaseHold after every grant
+// (its head's hi), longer than a lease, so a claim or refund of a live e
+// that finds the key gone tells the script that Redis lost its state
+// (store.Claim.Live).
 func (l *limiter) live(e *entry) bool { return e.expires.Load() > l.now() }
 
 // land adds n granted tokens to e's lease. Tokens that land after Close

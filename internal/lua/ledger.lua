@@ -53,7 +53,8 @@
 -- Reply per call: {allowed, handed, then per limit: remaining, retry_us,
 -- reset_us}, as tokenbucket.lua's; handed is what the holder receives: the
 -- undelivered (handed - received, what replies it never got carried) and
--- any fresh grant. remaining is the level.
+-- any fresh grant; for a refund, how many of its back tokens every bucket
+-- took back. remaining is the level.
 --
 -- A state written under another limit is refilled under it up to now, to
 -- at most its capacity less every token the ledger holds, and converted
@@ -129,7 +130,7 @@ local function read_ledger(b, rest, holder)
     end
     return nil
   end
-  local dead, live = nil, {}
+  local dead, live, was_hi = nil, {}, b.hi
   b.total, b.lo, b.hi = 0, 0, 0
   for rec, h, a, g, d, x in string.gmatch(recs, record) do
     local held, deadline = tonumber(a), tonumber(d)
@@ -147,6 +148,9 @@ local function read_ledger(b, rest, holder)
     end
   end
   b.before = table.concat(live)
+  -- hi stays the latest deadline a grant set, dropped record or not: the
+  -- key lives until then (L5), which Claim.Live relies on.
+  if was_hi > b.hi and was_hi > b.now then b.hi = was_hi end
   return dead
 end
 
@@ -252,24 +256,31 @@ local function claim(c, B, hold)
   return allowed, hand
 end
 
--- refund applies refund c to its buckets B. Keeps L1 and L2: only a live
--- record of an earlier call gives tokens back, at most its held (what it
--- moves to the level leaves the ledger), and ends it; give, spent tokens
--- given back, refills up to the ceiling as any refund does.
+-- refund applies refund c to its buckets B and returns how many of its
+-- back tokens every bucket took back (the rest stay debited until the
+-- level refills them: the caller counts them lost). Keeps L1 and L2: only
+-- a live record of an earlier call gives tokens back, at most its held
+-- (what it moves to the level leaves the ledger), and ends it; give, spent
+-- tokens given back, refills up to the ceiling as any refund does.
 local function refund(c, B)
+  local took = c.back
   for i = 1, c.n do
     local b = B[i]
     local m, back = b.mine, c.give
+    local mine = 0
     if m and m.gen < c.gen then
-      back = back + math.min(c.back + math.max(m.handed - c.received, 0), m.held)
+      mine = math.min(c.back + math.max(m.handed - c.received, 0), m.held)
+      back = back + mine
       set_record(b, c, 0, 0, 0)
     end
+    if mine < took then took = mine end
     if back > 0 then
       local ceil = math.max(b.cap - b.total, 0)
       if b.k + back >= ceil then b.k, b.r = ceil, 0 else b.k = b.k + back end
       b.dirty = true
     end
   end
+  return took
 end
 
 -- take takes between c.min and c.want tokens from the level of every
@@ -305,7 +316,7 @@ local function finish(c, B, clock, allowed, hand)
         rec = ''
         if b.mine then rec = b.mine.text end
       end
-      if b.before == '' and rec == '' and b.after == '' then
+      if b.before == '' and rec == '' and b.after == '' and b.hi <= b.now then
         bucket_put(b.key, b.k, b.r, b.now, b.cap, reset, b.lim)
       else
         put(b.key, string.format('%d:%d:%d:%s|%d:%d:%d', b.k, b.r, b.now, b.lim, b.total, b.lo, b.hi) ..
@@ -337,7 +348,7 @@ while j <= #ARGV do
   if c.op == 'claim' then
     allowed, hand = claim(c, B, hold)
   elseif c.op == 'refund' then
-    refund(c, B)
+    hand = refund(c, B)
   else
     allowed, hand = take(c, B)
   end

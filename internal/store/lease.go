@@ -217,7 +217,12 @@ type Refund struct {
 // Refund gives tokens back to their buckets, capped at capacity, in one
 // pipelined round trip (one per Cluster node). It returns the refunds that
 // failed, with the reasons joined in err; the others are applied. Bad input
-// fails all of them before any is sent.
+// fails all of them before any is sent. With a ledger, failed also holds,
+// with a nil err, the part of a refund's N that the ledger did not take
+// back because the holder's record had ended (a refund that arrived past
+// its record's deadline, or after a later claim): those tokens stay
+// debited until the bucket refills them, and a refund sent again after a
+// broken connection reads as giving none back.
 func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refund, err error) {
 	if err := l.checkLease(); err != nil {
 		return refunds, err
@@ -272,9 +277,28 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if c.Err() != nil {
 			failed = append(failed, refunds[i])
 			errs = append(errs, fmt.Errorf("remote: refund %d to %q: %w", refunds[i].N, refunds[i].Key, c.Err()))
+			continue
+		}
+		if r := refunds[i]; l.alg.holders && r.N > 0 {
+			// The ledger took back what the holder's live record held:
+			// the rest stays debited until the level refills it.
+			if took := tookBack(c); took < r.N {
+				failed = append(failed, Refund{Key: r.Key, N: r.N - took, Limit: r.Limit, ID: r.ID, Holder: r.Holder, Gen: r.Gen})
+			}
 		}
 	}
 	return failed, errors.Join(errs...)
+}
+
+// tookBack reads from a ledger refund's reply how many of its leased tokens
+// the buckets took back.
+func tookBack(c *redis.Cmd) int64 {
+	reply, err := c.Slice()
+	if err != nil || len(reply) < 2 {
+		return 0
+	}
+	n, _ := reply[1].(int64)
+	return n
 }
 
 // Grant is the outcome of one claim of LeaseBatch.

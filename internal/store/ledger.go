@@ -29,7 +29,8 @@ type Record struct {
 // SplitLedger splits the value of a token bucket's key into the bucket's
 // state, "k:r:ts:unit:per:cap", and the lease ledger that may follow it,
 // "|total:lo:hi" then a record ";holder:held:gen:deadline:handed" per
-// holder (the zero Ledger for a bucket without one).
+// holder, none when the last grant's deadline hi has not passed but no
+// record is left (the zero Ledger for a bucket without one).
 func SplitLedger(v string) (state string, l Ledger, err error) {
 	state, rest, ok := strings.Cut(v, "|")
 	if !ok {
@@ -42,7 +43,12 @@ func SplitLedger(v string) (state string, l Ledger, err error) {
 	}
 	l.Total, l.Lo, l.Hi = f[0], f[1], f[2]
 	if recs == "" {
-		return state, l, fmt.Errorf("ledger %q: no record", rest)
+		// A head alone: no record is left, but a grant's deadline (Hi)
+		// has not passed, until which the key lives (Claim.Live).
+		if l.Total != 0 {
+			return state, l, fmt.Errorf("ledger %q: a total without records", rest)
+		}
+		return state, l, nil
 	}
 	for _, s := range strings.Split(recs, ";") {
 		holder, nums, _ := strings.Cut(s, ":")

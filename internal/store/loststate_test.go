@@ -54,3 +54,39 @@ func TestLedgerLostState(t *testing.T) {
 		}
 	})
 }
+
+// TestLedgerLateRefundReported: a refund whose holder's record has ended
+// (it arrived past the record's deadline) takes none of its leased tokens
+// back; Refund reports them in failed, with no error, so that the caller
+// counts them lost rather than refunded. A refund in time reports nothing.
+func TestLedgerLateRefundReported(t *testing.T) {
+	onEachServer(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		clock := &clocktest.Clock{}
+		clock.Set(t0)
+		l, err := New(rdb, TokenBucket, tierlimit.PerHour(100), Config{Hold: time.Second, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range []struct {
+			key   string
+			after time.Duration
+			lost  int64
+		}{{"in-time", 500 * time.Millisecond, 0}, {"late", 2 * time.Second, 5}} {
+			clock.Set(t0.Add(time.Duration(i) * time.Hour))
+			got, _, err := l.Lease(ctx, c.key, Claim{Min: 5, Want: 5, Holder: "h", Gen: 1})
+			if err != nil || got != 5 {
+				t.Fatalf("Lease = %d, %v; want 5", got, err)
+			}
+			clock.Set(t0.Add(time.Duration(i)*time.Hour + c.after))
+			failed, err := l.Refund(ctx, Refund{Key: c.key, N: 5, Holder: "h", Gen: 2, Received: 5})
+			var lost int64
+			for _, f := range failed {
+				lost += f.N
+			}
+			if err != nil || lost != c.lost {
+				t.Errorf("%s: Refund %v later = %+v, %v; want %d reported not taken back", c.key, c.after, failed, err, c.lost)
+			}
+		}
+	})
+}
