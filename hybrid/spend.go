@@ -30,10 +30,17 @@ func (e *entry) take(n int64) (left int64, ok bool) {
 	}
 }
 
-// spent records that n tokens of e's lease were spent, leaving left: the
-// key's demand, and a background refill when the lease runs low.
+// spent records that n tokens of e's lease were spent, leaving left, by a
+// call that spend did not count as an arrival (AllowAll): the key's
+// demand, and a background refill when the lease runs low.
 func (l *limiter) spent(e *entry, n, left int64) {
 	e.demand.Add(n)
+	l.low(e, left)
+}
+
+// low asks for a background refill of e's lease when what it holds, left,
+// is down to a quarter of the last grant.
+func (l *limiter) low(e *entry, left int64) {
 	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
 		l.refill(e)
 	}
@@ -49,11 +56,17 @@ func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		}
 		return l.record(barredPolicy, barred(), e.stripe), true
 	}
+	if src == tierlimit.SourceLocal {
+		// Every call that finds the key is an arrival, whether its lease
+		// holds n or it goes on to claim (spend's other callers): demand
+		// counts what callers ask, not what was decided in time (see size).
+		e.demand.Add(n)
+	}
 	left, ok := e.take(n)
 	if !ok {
 		return tierlimit.Result{}, false
 	}
-	l.spent(e, n, left)
+	l.low(e, left)
 	pol := e.policy()
 	remaining := min(left+e.remote.Load(), pol.capacity)
 	if src == tierlimit.SourceLocal {

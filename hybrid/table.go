@@ -42,7 +42,7 @@ type entry struct {
 	// Written by every local decision, and read: the spend's CAS owns
 	// this line, so counting here costs no other core's line.
 	tokens  atomic.Int64 // leased tokens not yet spent
-	demand  atomic.Int64 // tokens spent since the last claim
+	demand  atomic.Int64 // tokens asked for since the last claim (see size)
 	local   atomic.Int64 // allowed local decisions not yet added to the limiter's count (see countLocal)
 	retired atomic.Bool  // the table no longer holds e: a spend adds its count at once
 }
