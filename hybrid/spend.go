@@ -50,16 +50,21 @@ func (l *limiter) low(e *entry, left int64) {
 // lease is not spent (see asked): the call is denied, until the answer
 // that barred it is a lease TTL old and a claim asks again.
 func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
-	if e.blockedUntil.Load() == bar {
+	until := e.blockedUntil.Load()
+	if until == bar {
 		if !l.fresh(e, l.now()) {
 			return tierlimit.Result{}, false
 		}
 		return l.record(barredPolicy, barred(), e.stripe), true
 	}
-	if src == tierlimit.SourceLocal {
+	if src == tierlimit.SourceLocal && until == 0 {
 		// Every call that finds the key is an arrival, whether its lease
 		// holds n or it goes on to claim (spend's other callers): demand
 		// counts what callers ask, not what was decided in time (see size).
+		// A key Redis blocked is not counted: its next lease is what Redis
+		// grants, and the denials stay reads of e's line, which cores
+		// deciding one saturated key then share (BenchmarkCompare's hot
+		// key, parallel).
 		e.demand.Add(n)
 	}
 	left, ok := e.take(n)
