@@ -58,18 +58,8 @@ func runPaired(b *testing.B, srv *redistest.Server, admin *redis.Client, sc scen
 	}
 	fs := make([]*compareFixture, len(pairedContenders))
 	for i, name := range pairedContenders {
-		c := contenderNamed(b, name)
-		f := &compareFixture{hook: new(tripCounter)}
-		if c.where != inProcess {
-			f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: deadlines})
-			f.rdb.AddHook(f.hook)
-		}
-		var err error
-		if f.fixture, err = c.build(f.rdb, compareLimit); err != nil {
-			b.Fatalf("build %s: %v", name, err)
-		}
+		f := buildCompareFixture(b, srv, contenderNamed(b, name), sc, parallel, deadlines)
 		b.Cleanup(func() { f.release(b) })
-		f.warm(b, name, sc, parallel, max(1000, warmPasses*len(sc.keys)))
 		fs[i] = f
 	}
 	var mu sync.Mutex
