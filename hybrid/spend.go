@@ -38,6 +38,25 @@ func (l *limiter) spent(e *entry, n, left int64) {
 	l.low(e, left)
 }
 
+// expiring asks for a background refill of e's lease when it expires
+// within a quarter of the lease TTL: a key still asked then renews its
+// lease off the callers' path, where the janitor would refund it and the
+// key's next caller would claim and wait. spend calls it at some arrivals
+// only (the 1st, 2nd, 4th, ... and every expiryCheck-th since the claim):
+// a clock read at every decision would cost more than the rest of it.
+func (l *limiter) expiring(e *entry) {
+	if e.policy().maxLease == 1 {
+		return // exact mode: a lease is one token, claimed by its caller
+	}
+	if exp := e.expires.Load(); exp > 0 && l.now() > exp-int64(l.cfg.leaseTTL/4) {
+		l.refill(e)
+	}
+}
+
+// expiryCheck is how many arrivals apart, beyond the powers of two, spend
+// checks whether a lease is expiring.
+const expiryCheck = 64
+
 // low asks for a background refill of e's lease when what it holds, left,
 // is down to a quarter of the last grant.
 func (l *limiter) low(e *entry, left int64) {
@@ -65,7 +84,9 @@ func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		// grants, and the denials stay reads of e's line, which cores
 		// deciding one saturated key then share (BenchmarkCompare's hot
 		// key, parallel).
-		e.demand.Add(n)
+		if d := e.demand.Add(n); d&(d-1) == 0 || d%expiryCheck == 0 {
+			l.expiring(e)
+		}
 	}
 	left, ok := e.take(n)
 	if !ok {
