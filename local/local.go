@@ -64,7 +64,8 @@ const maxMaxKeys = 1 << 24
 
 // WithMaxKeys bounds the number of keys held (default DefaultMaxKeys): from
 // 1 to 2^24 (16,777,216). New allocates about 48 bytes per key of the bound
-// up front (ristretto's admission counters), 768 MiB at the largest.
+// up front (ristretto's admission counters), 768 MiB at the largest, and a
+// front table of 32 bytes per key, at most 512 KiB.
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 || n > maxMaxKeys {
