@@ -123,16 +123,22 @@ type compareFixture struct {
 // keys, then builds c on a new client and warms it on sc, in the mode it
 // will be measured in.
 func newCompareFixture(b *testing.B, srv *redistest.Server, admin *redis.Client, c contender, sc scenario, parallel bool) *compareFixture {
-	ctx := context.Background()
-	if err := admin.FlushAll(ctx).Err(); err != nil {
+	if err := admin.FlushAll(context.Background()).Err(); err != nil {
 		b.Fatalf("FLUSHALL: %v", err)
 	}
+	// Every contender's client as tierlimit's docs recommend: context
+	// deadlines honoured (no call here has one but hybrid's, which then
+	// claims on the caller's goroutine).
+	return buildCompareFixture(b, srv, c, sc, parallel, true)
+}
+
+// buildCompareFixture builds c on a new client, which honours context
+// deadlines if deadlines is set, and warms it on sc, in the mode it will be
+// measured in.
+func buildCompareFixture(b *testing.B, srv *redistest.Server, c contender, sc scenario, parallel, deadlines bool) *compareFixture {
 	f := &compareFixture{hook: new(tripCounter)}
 	if c.where != inProcess {
-		// Every contender's client as tierlimit's docs recommend: context
-		// deadlines honoured (no call here has one but hybrid's, which
-		// then claims on the caller's goroutine).
-		f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: true})
+		f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: deadlines})
 		f.rdb.AddHook(f.hook)
 	}
 	var err error

@@ -343,11 +343,20 @@ func (l *limiter) land(e *entry, n int64) {
 }
 
 // size returns how many tokens to ask for, within the lease bounds and at
-// least lo: about one refill interval of the key's recent local demand, and,
+// least lo: about one refill interval of the key's recent demand, and,
 // while leases run dry before they expire, twice the last lease (up to half
 // a lease TTL of demand), so that a key whose demand is held back by its own
 // round trips still grows out of them. Half a TTL: the lease then runs low,
 // and is refilled in the background, before the janitor would refund it.
+//
+// Demand is what callers asked for since the last claim (spend counts
+// arrivals), not what was decided, so that a lease does not shrink because
+// its own round trips slowed the decisions. A key asked at least
+// steadyAsks times per lease TTL gets at least a floor lease, a
+// leaseFloorShare of the largest: its lease then lasts for several calls
+// and is refilled in the background (spend's low) rather than claimed by
+// a caller at each call; with fewer tokens, a slow spell that made every
+// call claim would make the leases small enough to keep it so.
 func (l *limiter) size(e *entry, lo int64, now int64) int64 {
 	p := e.policy()
 	want := p.minLease
@@ -357,10 +366,21 @@ func (l *limiter) size(e *entry, lo int64, now int64) int64 {
 		if now-last < int64(l.cfg.leaseTTL) {
 			ceiling := int64(perNs*float64(l.cfg.leaseTTL/2)) + 1
 			want = max(want, min(2*e.lastSize.Load(), ceiling))
+			if perNs*float64(l.cfg.leaseTTL) >= steadyAsks {
+				want = max(want, p.maxLease/leaseFloorShare)
+			}
 		}
 	}
 	return max(lo, min(max(want, p.minLease), p.maxLease))
 }
+
+// steadyAsks and leaseFloorShare set size's floor: a key asked at least
+// steadyAsks times per lease TTL leases at least 1/leaseFloorShare of the
+// largest lease.
+const (
+	steadyAsks      = 2
+	leaseFloorShare = 4
+)
 
 // blockFor is how long a denied key stays blocked: until the tokens asked
 // for can have accrued, and, when leases are batched, long enough for a

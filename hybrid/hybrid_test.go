@@ -519,19 +519,6 @@ func statsCountEveryDecision(t *testing.T, opts ...Option) {
 	}
 }
 
-func TestHotSlots(t *testing.T) {
-	for _, tc := range []struct {
-		maxKeys int64
-		want    int
-	}{
-		{1, 64}, {64, 64}, {65, 128}, {10_000, 16384}, {DefaultMaxKeys, maxHotSlots}, {maxMaxKeys, maxHotSlots},
-	} {
-		if got := hotSlots(tc.maxKeys); got != tc.want {
-			t.Errorf("hotSlots(%d) = %d, want %d", tc.maxKeys, got, tc.want)
-		}
-	}
-}
-
 // TestHotPathAllocs checks that the decisions made in process allocate
 // nothing: spending a lease, and denying a key Redis recently denied. (A
 // spend that queues its lease's background refill allocates one channel,

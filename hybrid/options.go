@@ -201,8 +201,9 @@ const maxMaxKeys = 1 << 24
 // WithMaxKeys bounds the keys held in process (default DefaultMaxKeys),
 // from 1 to 2^24 (16,777,216). Each key held costs a few hundred bytes, and
 // New allocates about 96 bytes per key of the bound up front (ristretto's
-// admission counters, for the leases and for the fallback): memory is
-// bounded whatever number of distinct keys arrives.
+// admission counters, for the leases and for the fallback), and a front
+// table of 32 bytes per key, at most 512 KiB: memory is bounded whatever
+// number of distinct keys arrives.
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 || n > maxMaxKeys {

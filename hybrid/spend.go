@@ -30,10 +30,36 @@ func (e *entry) take(n int64) (left int64, ok bool) {
 	}
 }
 
-// spent records that n tokens of e's lease were spent, leaving left: the
-// key's demand, and a background refill when the lease runs low.
+// spent records that n tokens of e's lease were spent, leaving left, by a
+// call that spend did not count as an arrival (AllowAll): the key's
+// demand, and a background refill when the lease runs low.
 func (l *limiter) spent(e *entry, n, left int64) {
 	e.demand.Add(n)
+	l.low(e, left)
+}
+
+// expiring asks for a background refill of e's lease when it expires
+// within a quarter of the lease TTL: a key still asked then renews its
+// lease off the callers' path, where the janitor would refund it and the
+// key's next caller would claim and wait. spend calls it at some arrivals
+// only (the 1st, 2nd, 4th, ... and every expiryCheck-th since the claim):
+// a clock read at every decision would cost more than the rest of it.
+func (l *limiter) expiring(e *entry) {
+	if e.policy().maxLease == 1 {
+		return // exact mode: a lease is one token, claimed by its caller
+	}
+	if exp := e.expires.Load(); exp > 0 && l.now() > exp-int64(l.cfg.leaseTTL/4) {
+		l.refill(e)
+	}
+}
+
+// expiryCheck is how many arrivals apart, beyond the powers of two, spend
+// checks whether a lease is expiring.
+const expiryCheck = 64
+
+// low asks for a background refill of e's lease when what it holds, left,
+// is down to a quarter of the last grant.
+func (l *limiter) low(e *entry, left int64) {
 	if size := e.lastSize.Load(); size > 1 && left <= size/4 {
 		l.refill(e)
 	}
@@ -43,17 +69,30 @@ func (l *limiter) spent(e *entry, n, left int64) {
 // lease is not spent (see asked): the call is denied, until the answer
 // that barred it is a lease TTL old and a claim asks again.
 func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
-	if e.blockedUntil.Load() == bar {
+	until := e.blockedUntil.Load()
+	if until == bar {
 		if !l.fresh(e, l.now()) {
 			return tierlimit.Result{}, false
 		}
 		return l.record(barredPolicy, barred(), e.stripe), true
 	}
+	if src == tierlimit.SourceLocal && until == 0 {
+		// Every call that finds the key is an arrival, whether its lease
+		// holds n or it goes on to claim (spend's other callers): demand
+		// counts what callers ask, not what was decided in time (see size).
+		// A key Redis blocked is not counted: its next lease is what Redis
+		// grants, and the denials stay reads of e's line, which cores
+		// deciding one saturated key then share (BenchmarkCompare's hot
+		// key, parallel).
+		if d := e.demand.Add(n); d&(d-1) == 0 || d%expiryCheck == 0 {
+			l.expiring(e)
+		}
+	}
 	left, ok := e.take(n)
 	if !ok {
 		return tierlimit.Result{}, false
 	}
-	l.spent(e, n, left)
+	l.low(e, left)
 	pol := e.policy()
 	remaining := min(left+e.remote.Load(), pol.capacity)
 	if src == tierlimit.SourceLocal {

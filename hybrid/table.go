@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
+	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/gate"
 )
 
@@ -43,7 +44,7 @@ type entry struct {
 	// Written by every local decision, and read: the spend's CAS owns
 	// this line, so counting here costs no other core's line.
 	tokens  atomic.Int64 // leased tokens not yet spent
-	demand  atomic.Int64 // tokens spent since the last claim
+	demand  atomic.Int64 // tokens asked for since the last claim (see size)
 	local   atomic.Int64 // allowed local decisions not yet added to the limiter's count (see countLocal)
 	retired atomic.Bool  // the table no longer holds e: a spend adds its count at once
 }
@@ -55,8 +56,8 @@ type entry struct {
 //
 // ristretto owns the entries: it bounds their number and keeps the most
 // used (its admission policy). Three things wrap it:
-//   - hot, a direct-mapped front table of recently found entries: a hit is
-//     a hash and an atomic load instead of ristretto's Get
+//   - hot, the front table of recently found entries (internal/front): a
+//     hit is a hash and an atomic load instead of ristretto's Get
 //     (BenchmarkAllowLease); every claim reads ristretto (touch), so that
 //     its frequency sketch sees the hot keys once per lease, off the path
 //     of the spends;
@@ -75,7 +76,7 @@ type entry struct {
 // (drop) take mu, so no ristretto call is made under mu.
 type table struct {
 	cache *ristretto.Cache[string, *entry]
-	hot   []atomic.Pointer[entry]
+	hot   *front.Table[entry]
 	gate  gate.Gate
 
 	mu          sync.Mutex
@@ -83,13 +84,8 @@ type table struct {
 	lastDropped map[string]*entry // per key, its entry last dropped, while in dropped
 }
 
-// maxHotSlots bounds the front table (128 KiB of pointers); it was sized by
-// BenchmarkZipf10k's parallel case, where slots shared by several keys
-// bounce between cores.
-const maxHotSlots = 1 << 14
-
 func newTable(maxKeys int64) (*table, error) {
-	t := &table{hot: make([]atomic.Pointer[entry], hotSlots(maxKeys)), dropped: make(map[*entry]struct{}), lastDropped: make(map[string]*entry)}
+	t := &table{hot: front.New[entry](maxKeys), dropped: make(map[*entry]struct{}), lastDropped: make(map[string]*entry)}
 	var err error
 	t.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        maxKeys * 10,
@@ -101,16 +97,6 @@ func newTable(maxKeys int64) (*table, error) {
 	return t, err
 }
 
-// hotSlots is the size of the front table for maxKeys keys: the power of
-// two at or above it, at most maxHotSlots.
-func hotSlots(maxKeys int64) int {
-	n := 64
-	for int64(n) < maxKeys && n < maxHotSlots {
-		n *= 2
-	}
-	return n
-}
-
 // enter lets a call that uses ristretto in (h: the key's hash), or reports
 // false once Close has begun; exit ends it.
 func (t *table) enter(h uint64) bool { return t.gate.Enter(h) }
@@ -119,7 +105,7 @@ func (t *table) exit(h uint64)       { t.gate.Exit(h) }
 // find returns key's entry (h is keyHash(key)), if it has one that is
 // neither evicted nor stale.
 func (t *table) find(key string, h uint64) (*entry, bool) {
-	slot := &t.hot[h&uint64(len(t.hot)-1)]
+	slot := t.hot.Slot(h)
 	if e := slot.Load(); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
 		return e, true
 	}

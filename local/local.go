@@ -29,6 +29,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/gate"
 	"github.com/tierlimit/tierlimit/internal/wait"
 	"github.com/tierlimit/tierlimit/internal/xrate"
@@ -63,7 +64,8 @@ const maxMaxKeys = 1 << 24
 
 // WithMaxKeys bounds the number of keys held (default DefaultMaxKeys): from
 // 1 to 2^24 (16,777,216). New allocates about 48 bytes per key of the bound
-// up front (ristretto's admission counters), 768 MiB at the largest.
+// up front (ristretto's admission counters), 768 MiB at the largest, and a
+// front table of 32 bytes per key, at most 512 KiB.
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 || n > maxMaxKeys {
@@ -92,9 +94,15 @@ type Limiter struct {
 	def       atomic.Pointer[tierlimit.Limit] // the default limit; SetLimit replaces it
 	limitFunc tierlimit.LimitFunc             // nil: every key follows def
 	clock     Clock
-	cache     *ristretto.Cache[string, *xrate.Bucket]
-	gate      gate.Gate  // the calls using cache, which Close waits for
-	lines     wait.Lines // WaitN's waiters, which Close sends away
+	cache     *ristretto.Cache[string, *entry] // the one registry of keys: it bounds them and keeps the most used
+	hot       *front.Table[entry]              // recently found entries of cache (see find)
+	gate      gate.Gate                        // the calls using cache, which Close waits for
+	lines     wait.Lines                       // WaitN's waiters, which Close sends away
+
+	// The system clock, read as the monotonic time since start (now):
+	// time.Now reads the wall clock too (BenchmarkCompare).
+	mono  bool
+	start time.Time
 
 	// stripes serialise the creation of a key's bucket, so that concurrent
 	// first calls share one bucket.
@@ -117,18 +125,44 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	cache, err := ristretto.NewCache(&ristretto.Config[string, *xrate.Bucket]{
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        cfg.maxKeys * 10,
 		MaxCost:            cfg.maxKeys,
 		BufferItems:        64,
 		IgnoreInternalCost: true,
+		OnExit:             gone, // evicted, refused or deleted
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: local: %v", tierlimit.ErrInvalidOption, err)
 	}
-	l := &Limiter{limitFunc: cfg.limitFunc, clock: cfg.clock, cache: cache}
+	l := &Limiter{limitFunc: cfg.limitFunc, clock: cfg.clock, cache: cache, hot: front.New[entry](cfg.maxKeys), start: time.Now()}
+	_, l.mono = cfg.clock.(tierlimit.SystemClock)
 	l.def.Store(&limit)
 	return l, nil
+}
+
+// entry is a key's bucket in the cache.
+type entry struct {
+	key  string
+	gone atomic.Bool   // ristretto no longer holds e: find skips it
+	uses atomic.Uint32 // front-table hits, of which a sample is reported to ristretto
+	b    xrate.Bucket
+}
+
+// gone is ristretto's callback for an entry leaving it (nil for a Del of
+// a key it did not hold).
+func gone(e *entry) {
+	if e != nil {
+		e.gone.Store(true)
+	}
+}
+
+// now reads the clock.
+func (l *Limiter) now() time.Time {
+	if l.mono {
+		return l.start.Add(time.Since(l.start))
+	}
+	return l.clock.Now()
 }
 
 func checkLimit(limit tierlimit.Limit) error {
@@ -174,11 +208,9 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 	if err := tierlimit.CheckKey(key); err != nil {
 		return tierlimit.Result{}, err
 	}
-	h := xxhash.Sum64String(key)
-	if !l.gate.Enter(h) {
+	if l.gate.Closed() {
 		return tierlimit.Result{}, tierlimit.ErrClosed
 	}
-	defer l.gate.Exit(h)
 	limit := l.limitOf(key)
 	if limit == tierlimit.Blocked {
 		if err := checkBlockedCost(key, n); err != nil {
@@ -186,8 +218,8 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 		}
 		return blocked, nil
 	}
-	now := l.clock.Now()
-	b, err := l.bucket(key, h, limit, now)
+	now := l.now()
+	b, err := l.bucket(key, xxhash.Sum64String(key), limit, now)
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
@@ -209,6 +241,9 @@ func (l *Limiter) Reset(_ context.Context, key string) error {
 		return tierlimit.ErrClosed
 	}
 	defer l.gate.Exit(h)
+	if e, ok := l.cache.Get(key); ok {
+		e.gone.Store(true) // before Del: a call that found e in the front table stops using it
+	}
 	l.cache.Del(key)
 	l.cache.Wait()
 	return nil
@@ -227,10 +262,43 @@ func (l *Limiter) Close() error {
 
 // bucket returns key's bucket, made full under limit if key has none. It
 // returns an error wrapping tierlimit.ErrInvalidLimit when it would make
-// one of an invalid limit.
+// one of an invalid limit, and tierlimit.ErrClosed after Close.
 func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now time.Time) (*xrate.Bucket, error) {
-	if b, ok := l.cache.Get(key); ok {
-		return b, nil
+	slot := l.hot.Slot(h)
+	if e := slot.Load(); e != nil && e.key == key && !e.gone.Load() {
+		if front.Sampled(&e.uses) {
+			l.touch(key, h)
+		}
+		return &e.b, nil
+	}
+	if !l.gate.Enter(h) {
+		return nil, tierlimit.ErrClosed
+	}
+	defer l.gate.Exit(h)
+	e, err := l.entry(key, h, limit, now)
+	if err != nil {
+		return nil, err
+	}
+	if !e.gone.Load() {
+		slot.Store(e)
+	}
+	return &e.b, nil
+}
+
+// touch reports a use of key, which the front table answered, to
+// ristretto's admission policy: a Get counts it.
+func (l *Limiter) touch(key string, h uint64) {
+	if l.gate.Enter(h) {
+		l.cache.Get(key)
+		l.gate.Exit(h)
+	}
+}
+
+// entry returns key's entry in the cache, or a new one, full under limit,
+// that the cache is asked to hold. The caller is inside the gate.
+func (l *Limiter) entry(key string, h uint64, limit tierlimit.Limit, now time.Time) (*entry, error) {
+	if e, ok := l.cache.Get(key); ok && !e.gone.Load() {
+		return e, nil
 	}
 	if err := limit.Validate(); err != nil {
 		return nil, keyError(key, err)
@@ -238,14 +306,15 @@ func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now time.T
 	mu := &l.stripes[h%uint64(len(l.stripes))]
 	mu.Lock()
 	defer mu.Unlock()
-	if b, ok := l.cache.Get(key); ok {
-		return b, nil
+	if e, ok := l.cache.Get(key); ok && !e.gone.Load() {
+		return e, nil
 	}
-	b := xrate.New(limit, now)
+	e := &entry{key: key}
+	e.b.Init(limit, now)
 	// Set may be refused by the admission policy: the bucket then serves
-	// this call only, as if evicted at once.
-	if l.cache.Set(key, b, 1) {
+	// this call only, as if evicted at once (OnExit marks it gone).
+	if l.cache.Set(key, e, 1) {
 		l.cache.Wait()
 	}
-	return b, nil
+	return e, nil
 }

@@ -127,7 +127,7 @@ func (l *Limiter) AllowAll(_ context.Context, takes ...tierlimit.Take) (tierlimi
 	if isBlocked {
 		return blocked, nil
 	}
-	now := l.clock.Now()
+	now := l.now()
 	for i, t := range merged {
 		b, err := l.bucket(t.Key, xxhash.Sum64String(t.Key), xt[i].Limit, now)
 		if err != nil {
@@ -205,7 +205,7 @@ func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (ti
 		}
 		return blocked, nil
 	}
-	now := l.clock.Now()
+	now := l.now()
 	b, err := l.bucket(key, h, limit, now)
 	if err != nil {
 		return tierlimit.Result{}, err

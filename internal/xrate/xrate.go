@@ -40,10 +40,20 @@ func New(limit tierlimit.Limit, now time.Time) *Bucket {
 // NewWith returns a Bucket of limit that holds tokens at now (capped at
 // the capacity; at least 0).
 func NewWith(limit tierlimit.Limit, tokens int64, now time.Time) *Bucket {
-	b := &Bucket{last: now}
+	b := new(Bucket)
+	b.init(limit, tokens, now)
+	return b
+}
+
+// Init makes b a full Bucket of limit at now, as New does, for a Bucket
+// held inside another value (one allocation for both). b must not be in
+// use yet.
+func (b *Bucket) Init(limit tierlimit.Limit, now time.Time) { b.init(limit, limit.Capacity(), now) }
+
+func (b *Bucket) init(limit tierlimit.Limit, tokens int64, now time.Time) {
+	b.last = now
 	b.setLimit(limit)
 	b.tokens = uint64(max(0, min(tokens, limit.Capacity())))
-	return b
 }
 
 // NewState returns a Bucket of limit in the state the Redis token bucket
