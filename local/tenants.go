@@ -97,6 +97,18 @@ func keyError(key string, err error) error {
 // function), and no key is charged; after Close AllowAll returns
 // tierlimit.ErrClosed.
 func (l *Limiter) AllowAll(_ context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
+	res, err := l.allowAll(takes)
+	if err == nil && l.onDecision != nil {
+		var n int64
+		for _, t := range takes {
+			n += t.N
+		}
+		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Limit: res.Limit})
+	}
+	return res, err
+}
+
+func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 	merged, err := tierlimit.MergeTakes(takes)
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("local: %w", err)
@@ -190,6 +202,14 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // limit from WithLimitFunc's function), and change nothing; after Close it
 // returns tierlimit.ErrClosed.
 func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (tierlimit.Result, error) {
+	res, err := l.settle(key, charged, used)
+	if err == nil && used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
+		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceLocal, N: charged, Limit: res.Limit})
+	}
+	return res, err
+}
+
+func (l *Limiter) settle(key string, charged, used int64) (tierlimit.Result, error) {
 	if err := tierlimit.CheckKey(key); err != nil {
 		return tierlimit.Result{}, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/local"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -319,5 +320,48 @@ func TestNewErrors(t *testing.T) {
 	b, _ := newBridge(t)
 	if err := b.WatchHybrid("x", nil); !errors.Is(err, tierlimit.ErrInvalidOption) {
 		t.Errorf("WatchHybrid(nil) = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestTotalsLocal: the local tier's decisions (AllowN, AllowAll, WaitN's
+// tries) and whole give-backs, counted exactly, under limiter, source and
+// result.
+func TestTotalsLocal(t *testing.T) {
+	b, reader := newBridge(t)
+	lim, err := local.New(tierlimit.PerMinute(7), local.WithObserver(b.Observer("loc")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	var allowed, denied int64
+	count := func(res tierlimit.Result, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	for i := 0; i < 30; i++ {
+		count(lim.AllowN(ctx, fmt.Sprint("k", i%3), 1))
+	}
+	count(lim.AllowAll(ctx, tierlimit.Take{Key: "x", N: 2}, tierlimit.Take{Key: "y", N: 1}))
+	count(lim.WaitN(ctx, "w", 1))
+	if _, err := lim.Settle(ctx, "x", 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := sums(t, reader, "tierlimit.rate_limiting.decisions", AttrLimiter, AttrSource, AttrResult)
+	want := map[string]int64{"loc,local,acquired": allowed, "loc,local,rejected": denied}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("decisions{%s} = %d, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+	if allowed != 7*3+2 || denied != 30-7*3 {
+		t.Errorf("the test's own count: %d allowed, %d denied; want %d, %d", allowed, denied, 7*3+2, 30-7*3)
 	}
 }
