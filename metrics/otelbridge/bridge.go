@@ -65,6 +65,7 @@ const (
 //
 //	tierlimit.rate_limiting.decisions          counter    {decision}   limiter, source, result
 //	tierlimit.rate_limiting.limit_decisions    counter    {decision}   limiter, limit (at most WithMaxLimits, then "other"), result
+//	tierlimit.rate_limiting.given_back         counter    {decision}   limiter, source (admissions whose charge was given back whole)
 //	tierlimit.rate_limiting.decision.duration  histogram  s            limiter, source (see below)
 //	tierlimit.redis.calls                      counter    {call}       limiter, op (every call, failed or not)
 //	tierlimit.redis.errors                     counter    {call}       limiter, op
@@ -100,6 +101,7 @@ type Bridge struct {
 	logger       *slog.Logger
 
 	calls, callErrs, transitions metric.Int64Counter
+	givenBack                    metric.Int64Counter
 	decisionLat, callLat         metric.Float64Histogram
 	evictRisk, evicted           metric.Int64Gauge
 
@@ -165,6 +167,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Bridge, error) {
 	}
 	b.decisions = obsCounter("tierlimit.rate_limiting.decisions", "{decision}", "Decisions made, by the tier that made them and their result.")
 	b.byLimit = obsCounter("tierlimit.rate_limiting.limit_decisions", "{decision}", "Decisions made, by the limit that decided them and their result.")
+	b.givenBack = counter("tierlimit.rate_limiting.given_back", "{decision}", "Admissions whose charge was given back whole (Settle with used 0, as httplimit does for a request a later limiter refused): acquired less these is what was really admitted.")
 	b.decisionLat = histogram("tierlimit.rate_limiting.decision.duration", "Time from a call to its decision.", series.DecisionBuckets())
 	b.calls = counter("tierlimit.redis.calls", "{call}", "Round trips to Redis (script calls and pipelines), failed or not.")
 	b.callErrs = counter("tierlimit.redis.errors", "{call}", "Round trips to Redis that failed or ran out of time.")
@@ -287,6 +290,9 @@ func (b *Bridge) Observer(name string) *tierlimit.Observer {
 				b.callErrs.Add(ctx, 1, attrs)
 			}
 			b.callLat.Record(ctx, rc.Latency.Seconds(), attrs)
+		},
+		GiveBack: func(g tierlimit.GiveBack) {
+			b.givenBack.Add(ctx, 1, metric.WithAttributes(lim, AttrSource.String(g.Source.String())))
 		},
 		Breaker: func(c tierlimit.BreakerChange) {
 			b.transitions.Add(ctx, 1, metric.WithAttributes(lim,

@@ -361,6 +361,9 @@ func TestTotalsLocal(t *testing.T) {
 			t.Errorf("decisions{%s} = %d, want %d (all: %v)", k, got[k], v, got)
 		}
 	}
+	if got := sums(t, reader, "tierlimit.rate_limiting.given_back", AttrLimiter, AttrSource)["loc,local"]; got != 1 {
+		t.Errorf("given_back{loc,local} = %d, want 1 (the Settle of 2 charged, 0 used)", got)
+	}
 	if allowed != 7*3+2 || denied != 30-7*3 {
 		t.Errorf("the test's own count: %d allowed, %d denied; want %d, %d", allowed, denied, 7*3+2, 30-7*3)
 	}
