@@ -52,6 +52,6 @@ const answerWait = 750 * time.Millisecond
 // closeRefund how long it then waits for its refunds: Close returns within
 // their sum, whatever the calls in flight and the client's timeouts.
 const (
-	closeDrain  = 400 * time.Millisecond
-	closeRefund = time.Second
+	closeDrain  = 300 * time.Millisecond
+	closeRefund = 900 * time.Millisecond
 )

@@ -239,9 +239,9 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 // concurrently with any method; it reports tokens it could not refund
 // (they are counted in Stats.Lost).
 //
-// Close returns within about 1.4 s whatever the calls in flight and the
+// Close returns within about 1.2 s whatever the calls in flight and the
 // client's timeouts: it waits for calls in flight and background work at
-// most 400 ms, then for its refunds at most a second. A call to a stalled
+// most 300 ms, then for its refunds at most 900 ms. A call to a stalled
 // Redis still running then ends when the client gives it up (its
 // ReadTimeout); tokens it lands later are counted lost, and refunds that
 // succeed later move from Stats.Lost to Stats.Refunded.
