@@ -560,9 +560,10 @@ func TestFaultSlowRedis(t *testing.T) {
 
 // TestFaultFlush: SCRIPT FLUSH and FLUSHALL every 100 ms under load. No
 // caller error; after SCRIPT FLUSH no call fails with NOSCRIPT, the
-// fallback admits nothing, and Redis holds exactly capacity - admitted for
-// every key (nothing debited twice, nothing stranded); after FLUSHALL,
-// which forgets the buckets, the ledger still balances.
+// fallback admits nothing, and Redis holds at most capacity - admitted -
+// Stats.Lost for the keys (nothing minted), at most 1% of the leased tokens
+// less (stranded by lost replies); after FLUSHALL, which forgets the
+// buckets, the ledger still balances.
 func TestFaultFlush(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 1.5 s of load per fault")
@@ -573,9 +574,10 @@ func TestFaultFlush(t *testing.T) {
 			s := redistest.Start(t)
 			rdb := s.Client(t)
 			admin := s.Client(t)
-			// Refills one token an hour: Redis's level tells exactly what
-			// was debited, with room to spare (no key runs dry).
-			limit := tierlimit.Limit{Rate: 1, Period: time.Hour, Burst: 500_000}
+			// Refills 200 tokens an hour, under one per key in the test's
+			// seconds: Redis's level tells exactly what was debited, with
+			// room to spare (no key runs dry, at millions a second).
+			limit := tierlimit.Limit{Rate: 200, Period: time.Hour, Burst: 100_000_000}
 			// Default options (the lease TTL aside: many expiries) and
 			// go-redis's default client: on a loaded machine some calls run
 			// past the budget, and some of those return an error (a context
@@ -646,17 +648,23 @@ func TestFaultFlush(t *testing.T) {
 				t.Errorf("SCRIPT FLUSH: %d calls failed with NOSCRIPT, the fallback admitted %d; want 0, 0 (NOSCRIPT is absorbed)",
 					noScript.Load(), fellBack.Load())
 			}
-			// Nothing debited twice, nothing stranded but what Stats counts
-			// lost: a janitor's refund that a loaded machine sends past its
-			// record's deadline gives none back (the ledger's L2), and is
-			// counted so.
+			// Nothing minted: Redis holds at most capacity - admitted - what
+			// Stats counts lost (a janitor's refund that a loaded machine
+			// sends past its record's deadline gives none back, the ledger's
+			// L2, and is counted so). What a claim's lost reply granted is
+			// handed over by the holder's next claim or refund while its
+			// record lives; past it, it is stranded, unseen by Stats, until
+			// the bucket refills: a backstop of 1% of what was leased.
 			var held, want int64
 			for k, level := range levels(t, admin, limit, res.admitted) {
 				held += level
 				want += limit.Capacity() - res.admitted[k]
 			}
-			if held != want-st.Lost {
-				t.Errorf("Redis holds %d for the keys after %d admitted, want %d (capacity - admitted - %d lost)", held, admitted, want-st.Lost, st.Lost)
+			want -= st.Lost
+			t.Logf("Redis holds %d for the keys; capacity - admitted - lost = %d (%d stranded)", held, want, want-held)
+			if held > want || want-held > st.Leased/100 {
+				t.Errorf("Redis holds %d for the keys after %d admitted, want at most %d (capacity - admitted - %d lost) and at least %d (1%% of %d leased stranded)",
+					held, admitted, want, st.Lost, want-st.Leased/100, st.Leased)
 			}
 		})
 	}
