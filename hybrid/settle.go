@@ -119,6 +119,16 @@ func (l *limiter) settled(e *entry, src tierlimit.Source) tierlimit.Result {
 // would grow past its grant (the tokens came from an earlier lease) or
 // has expired gives nothing: Redis's bucket takes them, capped at Burst.
 func (l *limiter) giveToLease(e *entry, d int64) bool {
+	// The key lock orders the give-back with e's claims: a claim sends
+	// what e holds (Claim.Held), and its ledger record then covers only
+	// that; tokens given to the lease while a claim is in flight would be
+	// more than the record holds, and its refund could not return them.
+	// With a claim in flight the tokens go to Redis instead.
+	mu := l.keyLock(e.key)
+	if !mu.TryLock() {
+		return false
+	}
+	defer mu.Unlock()
 	if e.stale.Load() || e.evicted.Load() || e.expires.Load() <= l.now() {
 		return false
 	}
