@@ -84,18 +84,25 @@ func TestGivenBackCountedHybrid(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	admitted := 0
 	for range 10 {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.RemoteAddr = "192.0.2.1:1"
 		r.Header.Set("X-User", "u1")
-		h.ServeHTTP(httptest.NewRecorder(), r)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusOK {
+			admitted++
+		}
 	}
+	// hybrid may deny a call whose claim ran past its budget (under -race):
+	// what is checked is that allowed − given_back is what was admitted.
 	var allowed, givenBack float64
-	for _, src := range []string{"local", "remote"} {
+	for _, src := range []string{"local", "remote", "blocked", "fallback"} {
 		allowed += testutil.ToFloat64(c.decisions.WithLabelValues("ip", src, "allowed"))
 		givenBack += testutil.ToFloat64(c.decisions.WithLabelValues("ip", src, "given_back"))
 	}
-	if allowed != 10 || givenBack != 7 {
-		t.Errorf("ip: allowed %v, given_back %v; want 10, 7 (allowed − given_back = the 3 admitted)", allowed, givenBack)
+	if admitted != 3 || allowed-givenBack != float64(admitted) || givenBack == 0 {
+		t.Errorf("ip: allowed %v, given_back %v, %d admitted; want 3 admitted, allowed − given_back = admitted, some given back", allowed, givenBack, admitted)
 	}
 }
