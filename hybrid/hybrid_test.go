@@ -251,7 +251,9 @@ func TestRareKeys(t *testing.T) {
 		ttl                  time.Duration
 		minRemote, maxRemote int64 // bounds of the decisions that claimed
 	}{
-		{time.Second, asks, asks},
+		// A background refill in flight at the janitor's round may land
+		// after it, and serve one decision (CI under -race: 19 of 20).
+		{time.Second, asks - 1, asks},
 		{10 * time.Second, 1, asks / 2},
 	} {
 		t.Run(tc.ttl.String(), func(t *testing.T) {
