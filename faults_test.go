@@ -8,6 +8,7 @@ package tierlimit_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
@@ -587,11 +588,19 @@ func TestFaultFlush(t *testing.T) {
 			// Received): none is stranded.
 			// A claim over the budget is a denial (Source fallback), never
 			// an admission the fallback made.
-			var noScript, fellBack atomic.Int64
+			// The fallback may decide only while the breaker is open for
+			// slowness (calls past their budget on a loaded machine, as CI
+			// under -race saw), never because of NOSCRIPT.
+			var noScript, fellBack, otherErrs atomic.Int64
 			obs := &tierlimit.Observer{
 				RedisCall: func(c tierlimit.RedisCall) {
-					if c.Err != nil && strings.Contains(c.Err.Error(), "NOSCRIPT") {
+					switch {
+					case c.Err == nil || errors.Is(c.Err, context.DeadlineExceeded):
+					case strings.Contains(c.Err.Error(), "NOSCRIPT"):
 						noScript.Add(1)
+					default:
+						otherErrs.Add(1)
+						t.Logf("call %s: %v", c.Op, c.Err)
 					}
 				},
 				Decision: func(d tierlimit.Decision) {
@@ -644,9 +653,12 @@ func TestFaultFlush(t *testing.T) {
 			if name != "SCRIPT FLUSH" {
 				return
 			}
-			if noScript.Load() != 0 || fellBack.Load() != 0 {
-				t.Errorf("SCRIPT FLUSH: %d calls failed with NOSCRIPT, the fallback admitted %d; want 0, 0 (NOSCRIPT is absorbed)",
-					noScript.Load(), fellBack.Load())
+			if noScript.Load() != 0 || otherErrs.Load() != 0 {
+				t.Errorf("SCRIPT FLUSH: %d calls failed with NOSCRIPT and %d with another error than their budget; want 0, 0 (NOSCRIPT is absorbed)",
+					noScript.Load(), otherErrs.Load())
+			}
+			if fellBack.Load() != 0 && st.BreakerOpens == 0 {
+				t.Errorf("SCRIPT FLUSH: the fallback admitted %d with the breaker never open", fellBack.Load())
 			}
 			// Nothing minted: Redis holds at most capacity - admitted - what
 			// Stats counts lost (a janitor's refund that a loaded machine

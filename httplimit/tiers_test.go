@@ -151,8 +151,22 @@ func TestTiersRefuse(t *testing.T) {
 						checkField(t, w.Header(), "RateLimit", `"default";r=0`)
 					}
 				}
-				if w := serve(m, request("192.0.2.1:1", "X-Tenant", "good")); w.Code != http.StatusOK {
-					t.Errorf("a good key: got %d, want 200", w.Code)
+				// A good key passes. Its first request is the first Redis call
+				// of the Redis tiers: on a loaded machine it may run past the
+				// call budget, and hybrid then denies it with a Retry-After
+				// (CI under -race): a denial for slowness, not a refusal.
+				passed := false
+				for i := 0; i < 5 && !passed; i++ {
+					w := serve(m, request("192.0.2.1:1", "X-Tenant", "good"))
+					switch {
+					case w.Code == http.StatusOK:
+						passed = true
+					case w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "":
+						t.Fatalf("a good key: got %d, Retry-After %q; want 200, or 429 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+					}
+				}
+				if !passed {
+					t.Errorf("a good key: got no 200 in 5 requests")
 				}
 				wantErrs := 3
 				if key == "off" {
