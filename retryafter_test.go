@@ -10,7 +10,6 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/remote"
 )
 
@@ -43,10 +42,6 @@ func TestHonestRetryAfter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			refunds, err := store.New(rdb, store.TokenBucket, limit, store.Config{Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
 			burst := limit.Capacity()
 			if r, err := l.AllowN(ctx, "k", burst); err != nil || !r.Allowed {
 				t.Fatalf("draining AllowN(burst %d) = %+v, %v", burst, r, err)
@@ -74,7 +69,7 @@ func TestHonestRetryAfter(t *testing.T) {
 					// Enough accrued since the peek (at 1000/s, a token a
 					// ms): give the charge back, so that it does not skew
 					// the costs compared after this one.
-					if _, err := refunds.Refund(ctx, store.Refund{Key: "k", N: cost}); err != nil {
+					if _, err := exact.Settle(ctx, "k", cost, 0); err != nil {
 						t.Fatal(err)
 					}
 					continue

@@ -241,16 +241,14 @@ func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 	return nil
 }
 
-// claimOf returns the claim of between lo and want tokens for e: with a
-// ledger (the default), numbered, with what e holds now and what its
-// replies granted. The caller holds e's key lock: e's claims and refunds
-// are numbered in the order they are made.
+// claimOf returns the claim of between lo and want tokens for e: numbered,
+// with what e holds now and what its replies granted. The caller holds e's
+// key lock: e's claims and refunds are numbered in the order they are
+// made.
 func (l *limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
-	if l.cfg.ledger {
-		c.Holder, c.Gen, c.Held, c.Received = e.holder, e.gen.Add(1), e.tokens.Load(), e.received.Load()
-		c.Live = l.live(e)
-	}
+	c.Holder, c.Gen, c.Held, c.Received = e.holder, e.gen.Add(1), e.tokens.Load(), e.received.Load()
+	c.Live = l.live(e)
 	return c
 }
 
@@ -263,8 +261,6 @@ func (l *limiter) claimOf(e *entry, lo, want int64) store.Claim {
 func (l *limiter) replied(e *entry, granted int64, err error) {
 	var reply redis.Error
 	switch {
-	case !l.cfg.ledger:
-		return
 	case err == nil:
 		e.received.Add(granted)
 		return
@@ -423,9 +419,7 @@ func (l *limiter) entry(key string, p *policy) *entry {
 	e = &entry{key: key, stripe: uint8(keyHash(key))}
 	e.pol.Store(p)
 	e.asked.Store(l.now()) // the caller had p from policyFor
-	if l.cfg.ledger {
-		e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
-	}
+	e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
 	// If ristretto refuses or drops e, e still serves this claim and the
 	// janitor refunds what it holds.
 	l.keys.add(e)

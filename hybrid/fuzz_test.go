@@ -26,9 +26,6 @@ func FuzzOps(f *testing.F) {
 		e := newEnv(t)
 		limit := tierlimit.PerHour(40)
 		opts := []Option{WithLeaseBounds(1, 8), WithMaxKeys(64), WithCallBudget(10 * time.Second)}
-		if len(ops)%2 == 1 {
-			opts = append(opts, withoutLedger()) // half the inputs: WithLimits' claims and refunds, without a ledger
-		}
 		l := e.limiter(t, limit, opts...)
 		var admitted int64
 		spent := map[string]int64{}  // since the key's last Reset

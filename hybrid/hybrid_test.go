@@ -31,15 +31,6 @@ type env struct {
 	bucket tierlimit.Limit
 }
 
-// withoutLedger turns the lease ledger off, as WithLimits does: the tests
-// of the bucket's plain claims and refunds.
-func withoutLedger() Option {
-	return optionFunc(func(c *config) error {
-		c.ledger = false
-		return nil
-	})
-}
-
 func newEnv(t testing.TB) *env {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -567,8 +558,7 @@ func TestHotPathAllocs(t *testing.T) {
 }
 
 // TestNewLoadsTheScript: New loads its bucket's script (the ledger's, with
-// WithLimits too; the plain token bucket's without the ledger), so that
-// the first claim runs it by its SHA.
+// WithLimits too), so that the first claim runs it by its SHA.
 func TestNewLoadsTheScript(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -577,7 +567,6 @@ func TestNewLoadsTheScript(t *testing.T) {
 	}{
 		{"default", nil, lua.Ledger},
 		{"WithLimits", []Option{WithLimits(tierlimit.PerHour(1000))}, lua.Ledger},
-		{"without the ledger", []Option{withoutLedger()}, lua.TokenBucket},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)

@@ -152,14 +152,11 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		// The bucket reads the server's eviction settings (Stats.Eviction).
 		bucketCfg.Observer = &tierlimit.Observer{Eviction: o.Eviction}
 	}
-	if cfg.ledger {
-		// The bucket keeps a ledger of the tokens each entry holds, and
-		// refills only up to what they leave (G1 in docs/design.md). An
-		// entry stops spending at its lease TTL; the janitor, which takes
-		// them back, runs every quarter TTL: the ledger keeps them
-		// another half TTL.
-		bucketCfg.Hold = leaseHold(cfg.leaseTTL)
-	}
+	// The bucket keeps a ledger of the tokens each entry holds, and
+	// refills only up to what they leave (G1 in docs/design.md). An entry
+	// stops spending at its lease TTL; the janitor, which takes them back,
+	// runs every quarter TTL: the ledger keeps them another half TTL.
+	bucketCfg.Hold = leaseHold(cfg.leaseTTL)
 	bucket, err := store.New(rdb, store.TokenBucket, limit, bucketCfg)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)

@@ -57,7 +57,6 @@ type config struct {
 	refillInterval     time.Duration
 	callBudget         time.Duration
 	maxKeys            int64
-	ledger             bool // the lease ledger: on, unless a test's withoutLedger
 	clock              Clock
 	fallback           *tierlimit.Limit
 	limitFunc          tierlimit.LimitFunc
@@ -73,7 +72,6 @@ type config struct {
 
 func defaults() config {
 	return config{
-		ledger:           true,
 		leaseTTL:         DefaultLeaseTTL,
 		refillInterval:   DefaultRefillInterval,
 		callBudget:       DefaultCallBudget,
@@ -225,14 +223,6 @@ func WithPrefix(prefix string) Option {
 		c.prefix = prefix
 		return nil
 	})
-}
-
-// WithLeaseLedger does nothing: the lease ledger is on by default (see the
-// package documentation), WithLimits included.
-//
-// Deprecated: the ledger is the default.
-func WithLeaseLedger() Option {
-	return optionFunc(func(*config) error { return nil })
 }
 
 // WithClock sets the clock of local decisions (default time.Now). Redis

@@ -65,11 +65,9 @@ func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Ref
 		// A claim whose reply never came may have run: what it granted,
 		// recorded in the ledger, goes back too (store.Refund.Received).
 		lost := e.lost.Swap(false)
-		if t > 0 || lost && l.cfg.ledger {
+		if t > 0 || lost {
 			r := e.policy().refund(e.key, t, l.refundID())
-			if l.cfg.ledger {
-				r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
-			}
+			r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
 			refunds = append(refunds, r)
 		}
 		if locked {

@@ -168,8 +168,8 @@ func (l *limiter) takeUpTo(e *entry, d int64) int64 {
 }
 
 // giveToRedis refunds d tokens to e's bucket (capped at Burst there) in
-// one call; if it fails they are lost (Stats.Lost). With the ledger the
-// refund ends e's record, whose count of what e may still spend would
+// one call; if it fails they are lost (Stats.Lost). The refund ends e's
+// record, whose count of what e may still spend would
 // otherwise cap the refund (the bucket refills only up to what records
 // leave): e's lease goes back with it, as the janitor's refund takes it,
 // and d as spent tokens given back (store.Refund.Spent).
@@ -186,13 +186,11 @@ func (l *limiter) giveToRedis(e *entry, d int64) {
 		return
 	}
 	p := e.policy()
-	r := p.refund(e.key, d, l.refundID())
-	if l.cfg.ledger {
-		r.N, r.Spent = e.tokens.Swap(0), d
-		r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
-		e.lost.Store(false)
-		e.expires.Store(0) // the refund ends e's record
-	}
+	r := p.refund(e.key, e.tokens.Swap(0), l.refundID())
+	r.Spent = d
+	r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
+	e.lost.Store(false)
+	e.expires.Store(0) // the refund ends e's record
 	if l.refund([]store.Refund{r}, false) == nil {
 		// Redis holds what it held and r.N + r.Spent more, up to its
 		// capacity (less what other holders hold): what Settle's Result

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 // TestBadInput checks every bad input of every limiter against its error.
@@ -90,21 +89,6 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 
-	b, err := NewTokenBucket(rdb, ok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims := []store.Claim{{Min: 2, Want: 1}, {Min: -1, Want: 1}, {Want: 11}, {Want: 1, Refund: -1}, {Want: 1, Refund: 11}}
-	for _, c := range claims {
-		if _, _, err := b.s.Lease(context.Background(), "k", c); !errors.Is(err, tierlimit.ErrInvalidCost) {
-			t.Errorf("Lease(%+v) = %v, want ErrInvalidCost", c, err)
-		}
-	}
-	for _, r := range []store.Refund{{Key: "", N: 1}, {Key: "k", N: -1}, {Key: "k", N: 11}} {
-		if failed, err := b.s.Refund(context.Background(), r); err == nil || len(failed) != 1 {
-			t.Errorf("Refund(%+v) = nil, want an error", r)
-		}
-	}
 }
 
 // TestTenantBadInput checks the new calls' input errors: bad LimitFunc

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/lua"
-	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 // TestSlidingLogModel runs random calls and clock steps through
@@ -144,7 +143,7 @@ func TestTokenBucketClockStepsBack(t *testing.T) {
 		// 500 ms back: empty, as at 0 ms; one token 100 ms after 0 ms.
 		{ms(-500), allow(1), false, 0, 600 * time.Millisecond, 0},
 		{ms(-500), func() (tierlimit.Result, error) {
-			_, err := tb.s.Refund(ctx, store.Refund{Key: "k", N: 5})
+			_, err := tb.Settle(ctx, "k", 5, 0) // 5 given back
 			return tierlimit.Result{Allowed: true, Remaining: 5}, err
 		}, true, 5, 0, time.Second}, // full 500 ms after 0 ms
 		// Refilled from 0 ms only, not from -500 ms.

@@ -10,7 +10,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/internal/store"
 )
 
 // recorder is an Observer that keeps what it is told.
@@ -91,35 +90,6 @@ func TestObserverDecisions(t *testing.T) {
 				t.Errorf("calls reported %q, want %q", ops, wantOps)
 			}
 		})
-	}
-}
-
-// TestObserverLeaseCalls checks the token bucket's lease primitives: one
-// call per round trip, no decision.
-func TestObserverLeaseCalls(t *testing.T) {
-	ctx := context.Background()
-	rec := &recorder{}
-	b := miniBackend(t)
-	tb, err := NewTokenBucket(b.rdb, tierlimit.PerHour(10), WithObserver(rec.observer()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := tb.s.Lease(ctx, "k", store.Claim{Min: 1, Want: 4}); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range tb.s.LeaseBatch(ctx, []string{"a", "b"}, []store.Claim{{Min: 1, Want: 1}, {Min: 1, Want: 2}}) {
-		if g.Err != nil {
-			t.Fatal(g.Err)
-		}
-	}
-	if _, err := tb.s.Refund(ctx, store.Refund{Key: "k", N: 2}, store.Refund{Key: "a", N: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if ops, want := rec.ops(), []string{"claim", "claim", "refund"}; !slices.Equal(ops, want) {
-		t.Errorf("calls reported %q, want %q", ops, want)
-	}
-	if len(rec.decisions) != 0 {
-		t.Errorf("lease primitives reported decisions %+v, want none", rec.decisions)
 	}
 }
 

@@ -59,15 +59,14 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	// An idempotent refund leaves a marker in the key's slot.
-	tb, _ := store.New(rdb, store.TokenBucket, limit, store.Config{})
-	if _, err := tb.Refund(ctx, store.Refund{Key: key, N: 1, ID: "lease-7"}); err != nil {
+	ledger, _ := store.New(rdb, store.TokenBucket, limit, store.Config{Hold: time.Second})
+	if _, err := ledger.Refund(ctx, store.Refund{Key: key, Spent: 1, ID: "lease-7", Holder: "inst.0", Gen: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.AllowN(ctx, key, 1); err != nil { // back to 7 tokens
+	if _, err := ledger.AllowN(ctx, key, 1); err != nil { // back to 7 tokens
 		t.Fatal(err)
 	}
 	// A hybrid instance's lease: 2 more tokens, in the bucket's ledger.
-	ledger, _ := store.New(rdb, store.TokenBucket, limit, store.Config{Hold: time.Second})
 	if _, _, err := ledger.Lease(ctx, key, store.Claim{Min: 1, Want: 2, Holder: "inst.1", Gen: 1}); err != nil {
 		t.Fatal(err)
 	}

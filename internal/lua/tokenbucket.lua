@@ -1,27 +1,20 @@
 -- tokenbucket.lua: token buckets, one per entry (a user key under one of
--- its limits), decided all-or-nothing or settled; also the lease primitive
--- of the hybrid tier (claim between min and want tokens, after refunding
--- unspent ones).
+-- its limits), decided all-or-nothing or settled. The hybrid tier's leases
+-- are ledger.lua's, on the same state.
 --
 -- KEYS[i]   entry i's string "k:r:ts:unit:per:cap" (bucket_get in lib.lua):
 --           the level is k tokens and r/unit of one more, ts = µs of the
 --           last write, and unit:per:cap the limit it was written under. An
 --           absent key is a full bucket. The records of a lease ledger that
 --           may follow (ledger.lua) are kept as they are, and as long.
--- KEYS[n+1] optional, n = the number of entries: the marker of an
---           idempotent refund (once in lib.lua).
 -- ARGV[1]   client clock in µs, or 0 for TIME
 -- ARGV[2]   mode: "0" decides, "1" settles (see below)
--- ARGV[3]   want: 0 to charge each entry its cost; else a lease: every
---           entry is charged the same grant, as many tokens as all have up
---           to want, if that is at least each entry's cost (its min)
--- ARGV[4]   refund: tokens given back to every entry first (capped at
---           capacity)
--- ARGV[3+2i], ARGV[4+2i] entry i's cost (in settle mode a signed change)
+-- ARGV[1+2i], ARGV[2+2i] entry i's cost (in settle mode a signed change)
 --           and limit "unit:per:cap": unit (units per token), per (units
 --           refilled per µs), cap (capacity in tokens)
 --
--- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- Reply: {allowed, 0, then per entry: remaining, retry_us, reset_us} (the
+-- 0 is the granted of the scripts' common reply).
 -- Deciding, allowed is 1 when every entry has its cost; retry_us is the
 -- wait after which it has (0 when allowed); reset_us the wait until full.
 -- Both are exact: the first µs at which the refill reaches them. Settling,
@@ -39,24 +32,19 @@
 -- clock the call read.
 --
 -- Invariants: 0 <= k <= cap, 0 <= r < unit, and r = 0 when k = cap; a
--- denied call charges nothing (the refund, if any, is still applied);
--- every written key has a TTL of at least reset_us (when it expires the
+-- denied call charges nothing; every written key has a TTL of at least reset_us (when it expires the
 -- bucket is full, which is what an absent key means).
 local now = now_us()
-local settle, want, refund = ARGV[2] == '1', tonumber(ARGV[3]), tonumber(ARGV[4])
-local n = (#ARGV - 4) / 2
-if refund > 0 and not once(KEYS[n + 1]) then
-  refund = 0 -- this refund ran already
-end
+local settle = ARGV[2] == '1'
+local n = (#ARGV - 2) / 2
 
--- Per entry i: lk[i], lr[i] its level after refill and refund, lag[i] how
--- far its decision's time is ahead of now, dirty[i] whether it must be
--- written whatever the decision (a refund, a conversion).
+-- Per entry i: lk[i], lr[i] its level after refill, lag[i] how far its
+-- decision's time is ahead of now, dirty[i] whether it must be written
+-- whatever the decision (a conversion).
 local lk, lr, lag, cost, lim, dirty, rest = {}, {}, {}, {}, {}, {}, {}
-local grant = want
 local allowed = 1
 for i = 1, n do
-  cost[i], lim[i] = tonumber(ARGV[3 + 2 * i]), ARGV[4 + 2 * i]
+  cost[i], lim[i] = tonumber(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
   local unit, per, cap = tb_limit(lim[i])
   local k, r, ts, old
   k, r, ts, old, rest[i] = bucket_get(KEYS[i])
@@ -67,29 +55,11 @@ for i = 1, n do
     dirty[i] = true
   end
   k, r = fill(k, r, now - ts, unit, per, cap)
-  if refund > 0 then
-    dirty[i] = true
-    if k + refund >= cap then
-      k, r = cap, 0
-    else
-      k = k + refund
-    end
-  end
   lk[i], lr[i], lag[i] = k, r, math.max(ts - now, 0)
-  if k < grant then grant = k end
   if not settle and k < cost[i] then allowed = 0 end
 end
 
-if settle or want == 0 then
-  grant = 0
-elseif allowed == 1 then
-  for i = 1, n do
-    if grant < cost[i] then allowed = 0 end
-  end
-end
-if allowed == 0 then grant = 0 end
-
-local reply = {allowed, grant}
+local reply = {allowed, 0}
 for i = 1, n do
   local unit, per, cap = tb_limit(lim[i])
   local k, r = lk[i], lr[i]
@@ -97,8 +67,7 @@ for i = 1, n do
   if settle then
     take = cost[i]
   elseif allowed == 1 then
-    take = grant
-    if want == 0 then take = cost[i] end
+    take = cost[i]
   end
   if take < 0 and k - take >= cap then
     k, r = cap, 0

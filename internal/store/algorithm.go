@@ -19,8 +19,7 @@ type Algorithm struct {
 	spec     func(tierlimit.Limit) string // a limit as ARGV and the state spell it
 	validate func(tierlimit.Limit) error  // rules beyond Limit.Validate
 	capacity func(tierlimit.Limit) int64  // largest cost one call may ask
-	lease    bool                         // ARGV head has want and refund (the token bucket's)
-	holders  bool                         // ledger.lua: one entry, ARGV ends with a holder (tail)
+	ledger   bool                         // ledger.lua's: leases to holders (Lease, LeaseBatch, Refund)
 }
 
 // Name returns the algorithm's name as its Redis keys carry it: "tb",
@@ -30,7 +29,7 @@ func (a *Algorithm) Name() string { return a.name }
 // The algorithms, by the name their keys carry.
 var (
 	TokenBucket = &Algorithm{
-		name: "tb", script: lua.TokenBucket, keys: []string{""}, lease: true,
+		name: "tb", script: lua.TokenBucket, keys: []string{""},
 		spec: func(l tierlimit.Limit) string {
 			unit, per := l.Scale()
 			return join(unit, per, l.Capacity())
@@ -69,7 +68,7 @@ var Algorithms = []*Algorithm{TokenBucket, GCRA, FixedWindow, AnchoredWindow, Sl
 // in the same string (ledger.lua), which tokenbucket.lua keeps as it is.
 func ledger() *Algorithm {
 	return &Algorithm{
-		name: "tb", script: lua.Ledger, keys: []string{""}, lease: true, holders: true,
+		name: "tb", script: lua.Ledger, keys: []string{""}, ledger: true,
 		spec: TokenBucket.spec, capacity: tierlimit.Limit.Capacity,
 	}
 }

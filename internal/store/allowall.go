@@ -36,7 +36,7 @@ func (g *group) add(l *Limiter, t tierlimit.Take, p *plan) {
 // args returns the ARGV of g in mode, each entry's cost its take's N times
 // sign.
 func (g *group) args(l *Limiter, mode string, sign int64) []any {
-	args := l.head(mode, 0, 0, len(g.limits))
+	args := l.head(mode, len(g.limits))
 	for i, t := range g.takes {
 		for _, spec := range g.plans[i].specs {
 			args = append(args, sign*t.N, spec)
@@ -64,7 +64,7 @@ func (g *group) args(l *Limiter, mode string, sign int64) []any {
 // until then. If Redis fails on a give-back, the error says which keys
 // were left charged and by how much.
 func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
-	if l.alg.holders {
+	if l.alg.ledger {
 		return tierlimit.Result{}, errLedger
 	}
 	var start time.Time // read only when observed
@@ -192,7 +192,7 @@ func (l *Limiter) undo(ctx context.Context, groups []*group) error {
 // Config.LimitFunc blocks, Settle changes nothing and returns
 // blockedResult (not Allowed).
 func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
-	if l.alg.holders {
+	if l.alg.ledger {
 		return tierlimit.Result{}, errLedger
 	}
 	p, err := l.prepare(key, charged)
@@ -206,7 +206,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 		return blockedResult, nil
 	}
 	start := l.start()
-	res, _, err := l.run(ctx, l.Keys(key), l.args(modeSettle, 0, 0, p, used-charged), p.limits)
+	res, _, err := l.run(ctx, l.Keys(key), l.args(modeSettle, p, used-charged), p.limits)
 	l.reportCall("settle", start, err)
 	if err == nil && used == 0 && charged > 0 && l.onGiveBack != nil {
 		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceRemote, N: charged, Limit: p.limits[0]})

@@ -34,7 +34,8 @@ type Config struct {
 	LimitFunc tierlimit.LimitFunc
 
 	// Hold, if not zero, gives a TokenBucket a ledger of the tokens leased
-	// to holders (Claim.Holder), kept Hold after a holder's last grant:
+	// to holders (Claim.Holder), kept Hold after a holder's last grant
+	// (Lease, LeaseBatch and Refund need one):
 	// the bucket refills only up to its capacity minus what they hold, so
 	// holders spending leased tokens admit what one bucket would. With
 	// Extra, every limit's bucket keeps its ledger, and a grant is

@@ -1,8 +1,9 @@
 package store
 
-// The token bucket's lease protocol, which hybrid builds on: a claim takes
-// between Min and Want tokens in one call, a refund gives unspent ones
-// back, and with Config.Hold a ledger records what each holder holds.
+// The token bucket's lease protocol, which hybrid builds on, on a bucket
+// with a ledger (Config.Hold): a claim takes between Min and Want tokens
+// in one call, a refund gives unspent ones back, and the ledger records
+// what each holder holds.
 
 import (
 	"context"
@@ -14,12 +15,10 @@ import (
 	"github.com/tierlimit/tierlimit"
 )
 
-// Claim asks Lease for between Min and Want tokens, after giving back Refund
-// unspent ones.
+// Claim asks Lease for between Min and Want tokens.
 type Claim struct {
-	Min    int64 // fewest tokens worth taking; fewer available grants none
-	Want   int64 // most tokens to take; Min <= Want <= capacity
-	Refund int64 // tokens returned first; 0 <= Refund <= capacity
+	Min  int64 // fewest tokens worth taking; fewer available grants none
+	Want int64 // most tokens to take; Min <= Want <= capacity
 
 	// Limit is the key's limit, for a Limiter serving keys of many limits:
 	// the zero Limit means the Limiter's default (New's limit, whatever
@@ -28,9 +27,8 @@ type Claim struct {
 	// one's capacity.
 	Limit tierlimit.Limit
 
-	// A bucket with a ledger (Config.Hold) records what each holder
-	// holds, and needs the next four fields (and Refund 0: use Refund to
-	// give back); any other bucket needs them zero.
+	// The ledger records what each holder holds, and needs the next
+	// fields, all zero for a peek (Want 0).
 	//
 	// Holder names who holds the tokens granted: unique in the fleet
 	// (an instance and its lease, say), at most 64 bytes, without ":" or
@@ -59,8 +57,8 @@ type Claim struct {
 	Live bool
 }
 
-// Lease takes between c.Min and c.Want tokens for key in one round trip,
-// after refunding c.Refund. It returns the number granted (0 when fewer than
+// Lease takes between c.Min and c.Want tokens for key in one round trip.
+// It returns the number granted (0 when fewer than
 // Min were available) and the Result of the claim: Allowed when granted >=
 // Min, with Remaining the tokens left in Redis and RetryAfter the wait until
 // Min are available. Granted tokens are debited in Redis before Lease returns.
@@ -87,35 +85,31 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	if err := p.check(key, c.Want); err != nil {
 		return nil, err
 	}
-	if c.Min < 0 || c.Min > c.Want || c.Refund < 0 || c.Refund > p.maxN {
-		return nil, fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want and 0 <= Refund <= %d",
-			tierlimit.ErrInvalidCost, c, p.maxN)
+	if c.Min < 0 || c.Min > c.Want {
+		return nil, fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want", tierlimit.ErrInvalidCost, c)
 	}
 	if c.peek() {
 		return p, nil
 	}
-	if l.alg.holders && (c.Gen < 1 || c.Held < 0 || c.Received < 0 || c.Refund != 0) {
-		return nil, fmt.Errorf("%w: claim %+v on a lease ledger needs Gen >= 1, Held >= 0, Received >= 0 and Refund 0",
+	if c.Gen < 1 || c.Held < 0 || c.Received < 0 {
+		return nil, fmt.Errorf("%w: claim %+v needs Gen >= 1, Held >= 0 and Received >= 0",
 			tierlimit.ErrInvalidCost, c)
 	}
-	if !l.alg.holders && (c.Held != 0 || c.Received != 0 || c.Live) {
-		return nil, fmt.Errorf("%w: remote: Held, Received or Live for a bucket without a lease ledger", tierlimit.ErrInvalidCost)
-	}
-	return p, l.checkHolder(c.Holder, c.Gen)
+	return p, checkHolder(c.Holder, c.Gen)
 }
 
-// peek reports whether c only reads the bucket: it wants nothing, gives
-// nothing back and names no holder, on a ledger or not.
+// peek reports whether c only reads the bucket: it wants nothing and
+// names no holder.
 func (c Claim) peek() bool {
-	return c.Want == 0 && c.Refund == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Received == 0 && !c.Live
+	return c.Want == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Received == 0 && !c.Live
 }
 
-// errNoLease is returned by Lease, LeaseBatch and Refund on an algorithm
-// other than the token bucket.
-var errNoLease = fmt.Errorf("%w: remote: only a token bucket leases", tierlimit.ErrInvalidOption)
+// errNoLease is returned by Lease, LeaseBatch and Refund on a Limiter
+// without a lease ledger (Config.Hold).
+var errNoLease = fmt.Errorf("%w: remote: only a token bucket with a lease ledger leases", tierlimit.ErrInvalidOption)
 
 func (l *Limiter) checkLease() error {
-	if !l.alg.lease {
+	if !l.alg.ledger {
 		return errNoLease
 	}
 	return nil
@@ -124,14 +118,10 @@ func (l *Limiter) checkLease() error {
 // maxHolderLen bounds Claim.Holder and Refund.Holder.
 const maxHolderLen = 64
 
-// checkHolder checks the holder of a claim or refund: named, with a
-// ledger; absent, without. A holder has no ':' or ';', which spell the
-// ledger's records (ledger.lua).
-func (l *Limiter) checkHolder(holder string, gen int64) error {
-	switch {
-	case !l.alg.holders && (holder != "" || gen != 0):
-		return fmt.Errorf("%w: remote: holder %q for a bucket without a lease ledger", tierlimit.ErrInvalidKey, holder)
-	case l.alg.holders && (holder == "" || len(holder) > maxHolderLen || strings.ContainsAny(holder, ":;") || gen < 0):
+// checkHolder checks the holder of a claim or refund. A holder has no ':'
+// or ';', which spell the ledger's records (ledger.lua).
+func checkHolder(holder string, gen int64) error {
+	if holder == "" || len(holder) > maxHolderLen || strings.ContainsAny(holder, ":;") || gen < 0 {
 		return fmt.Errorf("%w: remote: a lease ledger needs a holder of 1 to %d bytes without ':' or ';', and Gen >= 0, not %q, %d",
 			tierlimit.ErrInvalidKey, maxHolderLen, holder, gen)
 	}
@@ -140,10 +130,7 @@ func (l *Limiter) checkHolder(holder string, gen int64) error {
 
 // claimArgs returns the ARGV of claim c under p.
 func (l *Limiter) claimArgs(c Claim, p *plan) []any {
-	if l.alg.holders {
-		return l.ledgerCall(append(make([]any, 0, 12+len(p.specs)), l.now(), l.hold), c, p)
-	}
-	return l.args(modeDecide, c.Want, c.Refund, p, c.Min)
+	return l.ledgerCall(append(make([]any, 0, 12+len(p.specs)), l.now(), l.hold), c, p)
 }
 
 // ledgerCall appends to args the fields of claim c under p as ledger.lua
@@ -193,8 +180,7 @@ type Refund struct {
 	// run twice. Use an ID unique to this refund, at most 64 bytes; it
 	// costs a short-lived marker key in Redis.
 	ID string
-	// Holder, Gen and Received, for a bucket with a ledger only: the
-	// holder giving the tokens back, which then holds none; the number of
+	// Holder, Gen and Received: the holder giving the tokens back, which then holds none; the number of
 	// this refund (as Claim.Gen: after every claim of the holder's made
 	// before it); the total the holder's replies granted it (as
 	// Claim.Received). The ledger takes N, and what replies the holder
@@ -206,18 +192,17 @@ type Refund struct {
 	Holder   string
 	Gen      int64
 	Received int64
-	// Live, for a bucket with a ledger only, as Claim.Live.
+	// Live, as Claim.Live.
 	Live bool
-	// Spent, for a bucket with a ledger only: tokens spent that are given
-	// back all the same (hybrid's Settle), taken back whatever the ledger
-	// holds, as a refund without a ledger is.
+	// Spent: tokens spent that are given back all the same (hybrid's
+	// Settle), taken back whatever the ledger holds, up to capacity.
 	Spent int64
 }
 
 // Refund gives tokens back to their buckets, capped at capacity, in one
 // pipelined round trip (one per Cluster node). It returns the refunds that
 // failed, with the reasons joined in err; the others are applied. Bad input
-// fails all of them before any is sent. With a ledger, failed also holds,
+// fails all of them before any is sent. failed also holds,
 // with a nil err, the part of a refund's N that the ledger did not take
 // back because the holder's record had ended (a refund that arrived past
 // its record's deadline, or after a later claim): those tokens stay
@@ -233,7 +218,7 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if err != nil {
 			return refunds, fmt.Errorf("remote: refund's limit: %w", err)
 		}
-		if r.N == 0 && l.alg.holders {
+		if r.N == 0 {
 			err = p.check(r.Key, 1) // what replies never delivered only: the key's check
 		} else {
 			err = p.check(r.Key, r.N)
@@ -241,15 +226,15 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if err != nil {
 			return refunds, err
 		}
-		if r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN || (!l.alg.holders && (r.Received != 0 || r.Spent != 0 || r.Live)) {
-			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Received, 0 <= Spent <= %d, and a ledger for either",
+		if r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN {
+			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Received and 0 <= Spent <= %d",
 				tierlimit.ErrInvalidCost, r, p.maxN)
 		}
 		plans[i] = p
 		if len(r.ID) > 64 {
 			return refunds, fmt.Errorf("%w: remote: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
 		}
-		if err := l.checkHolder(r.Holder, r.Gen); err != nil {
+		if err := checkHolder(r.Holder, r.Gen); err != nil {
 			return refunds, err
 		}
 	}
@@ -261,9 +246,6 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 			// '!' after the tag, where every state key has ':': a marker
 			// never names the state of any user key.
 			keys = append(keys, l.bases[0]+string(tag[:])+"}!"+r.ID)
-		}
-		if !l.alg.holders {
-			return keys, l.args(modeDecide, 0, r.N, plans[i], 0)
 		}
 		args := make([]any, 0, 10+len(plans[i].specs))
 		args = append(args, l.now(), l.hold, "refund", len(plans[i].specs), r.N, r.Spent, r.Gen, r.Received, flag(r.Live), r.Holder)
@@ -279,7 +261,7 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 			errs = append(errs, fmt.Errorf("remote: refund %d to %q: %w", refunds[i].N, refunds[i].Key, c.Err()))
 			continue
 		}
-		if r := refunds[i]; l.alg.holders && r.N > 0 {
+		if r := refunds[i]; r.N > 0 {
 			// The ledger took back what the holder's live record held:
 			// the rest stays debited until the level refills it.
 			if took := tookBack(c); took < r.N {
@@ -310,8 +292,8 @@ type Grant struct {
 
 // LeaseBatch runs claims[i] for keys[i], as Lease does, in one pipelined
 // round trip (one per Cluster node). Bad input fails every claim before any
-// is sent. On a lease ledger the claims of one slot (all of them on a
-// single Redis) run in one script call, up to batchMax of them: Redis runs
+// is sent. The claims of one slot (all of them on a single Redis) run in
+// one script call, up to batchMax of them: Redis runs
 // the script's setup once for them all. Its error, if any, is every
 // claim's.
 func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim) []Grant {
@@ -327,27 +309,14 @@ func (l *Limiter) LeaseBatch(ctx context.Context, keys []string, claims []Claim)
 		}
 		plans[i] = p
 	}
-	if l.alg.holders {
-		l.leaseBatched(ctx, keys, claims, plans, grants)
-		return grants
-	}
-	cmds := l.pipeline(ctx, "claim", len(claims), func(i int) ([]string, []any) {
-		return l.Keys(keys[i]), l.claimArgs(claims[i], plans[i])
-	})
-	for i, c := range cmds {
-		reply, err := c.Slice()
-		if err == nil {
-			grants[i].Result, grants[i].Granted, err = l.result(reply, plans[i].limits)
-		}
-		grants[i].Err = err
-	}
+	l.leaseBatched(ctx, keys, claims, plans, grants)
 	return grants
 }
 
 // batchMax bounds the claims of one batched script call.
 const batchMax = 256
 
-// leaseBatched runs LeaseBatch's claims on a lease ledger, in batches of
+// leaseBatched runs LeaseBatch's claims, in batches of
 // one slot each (ledger.lua's batch mode), pipelined, and fills grants.
 func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Claim, plans []*plan, grants []Grant) {
 	var batches [][]int   // claim indexes

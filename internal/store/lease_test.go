@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +13,11 @@ import (
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
+// TestLease: a claim takes between Min and Want tokens, or none.
 func TestLease(t *testing.T) {
 	b := miniBackend(t)
 	b.set(t0)
-	tb, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{})
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{Hold: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,11 +36,10 @@ func TestLease(t *testing.T) {
 		allowed bool
 		left    int64
 	}{
-		{Claim{Min: 1, Want: 6}, 6, true, 4},
-		{Claim{Min: 5, Want: 8}, 0, false, 4}, // too few: nothing taken
-		{Claim{Min: 1, Want: 8}, 4, true, 0},
-		{Claim{Min: 1, Want: 1, Refund: 3}, 1, true, 2}, // refund first, then claim
-		{Claim{Refund: 10}, 0, true, 10},                // capped at capacity
+		{Claim{Min: 1, Want: 6, Holder: "a", Gen: 1}, 6, true, 4},
+		{Claim{Min: 5, Want: 8, Holder: "b", Gen: 1}, 0, false, 4}, // too few: nothing taken
+		{Claim{Min: 1, Want: 8, Holder: "c", Gen: 1}, 4, true, 0},
+		{Claim{Min: 1, Want: 1, Holder: "d", Gen: 1}, 0, false, 0},
 	}
 	for i, s := range steps {
 		got, r, err := tb.Lease(ctx, "k", s.claim)
@@ -55,21 +56,25 @@ func TestLease(t *testing.T) {
 	}
 }
 
+// TestRefundBatch: refunds of three holders, each of its whole lease
+// with some of it spent, in one call.
 func TestRefundBatch(t *testing.T) {
 	b := miniBackend(t)
 	b.set(t0)
-	tb, err := New(b.rdb, TokenBucket, tierlimit.PerMinute(10), Config{})
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerMinute(10), Config{Hold: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	keys := []string{"a", "b", "c"}
 	for _, k := range keys {
-		if _, err := tb.AllowN(ctx, k, 10); err != nil {
-			t.Fatal(err)
+		if n, _, err := tb.Lease(ctx, k, Claim{Min: 10, Want: 10, Holder: "h", Gen: 1}); err != nil || n != 10 {
+			t.Fatalf("Lease(%s) = %d, %v; want 10", k, n, err)
 		}
 	}
-	if _, err := tb.Refund(ctx, Refund{Key: "a", N: 1}, Refund{Key: "b", N: 5}, Refund{Key: "c", N: 10}); err != nil {
+	if _, err := tb.Refund(ctx, Refund{Key: "a", N: 1, Holder: "h", Gen: 2, Received: 10},
+		Refund{Key: "b", N: 5, Holder: "h", Gen: 2, Received: 10},
+		Refund{Key: "c", N: 10, Holder: "h", Gen: 2, Received: 10}); err != nil {
 		t.Fatalf("Refund = %v", err)
 	}
 	for i, want := range []int64{1, 5, 10} {
@@ -82,7 +87,8 @@ func TestRefundBatch(t *testing.T) {
 
 // TestRefundIdempotent sends a refund with an ID twice, as go-redis does
 // when a connection breaks after Redis ran it: it is applied once. Refunds
-// without an ID, or with another ID, still add up.
+// without an ID, or with another ID, still add up. The refunds give spent
+// tokens back (Refund.Spent, Settle's), which no ledger record bounds.
 // On a Cluster the marker key must share the bucket's slot (no CROSSSLOT).
 func TestRefundIdempotent(t *testing.T) {
 	onEachServer(t, refundIdempotent)
@@ -90,7 +96,7 @@ func TestRefundIdempotent(t *testing.T) {
 
 func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {
 	for _, key := range tagKeys {
-		tb, err := New(rdb, TokenBucket, tierlimit.PerHour(100), Config{})
+		tb, err := New(rdb, TokenBucket, tierlimit.PerHour(100), Config{Hold: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,9 +105,9 @@ func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {
 			t.Fatal(err)
 		}
 		for _, r := range []Refund{
-			{Key: key, N: 5, ID: "x1"}, {Key: key, N: 5, ID: "x1"}, // a resend
-			{Key: key, N: 3, ID: "x2"},
-			{Key: key, N: 1}, {Key: key, N: 1},
+			{Key: key, Spent: 5, ID: "x1", Holder: "h", Gen: 1}, {Key: key, Spent: 5, ID: "x1", Holder: "h", Gen: 1}, // a resend
+			{Key: key, Spent: 3, ID: "x2", Holder: "h", Gen: 2},
+			{Key: key, Spent: 1, Holder: "h", Gen: 3}, {Key: key, Spent: 1, Holder: "h", Gen: 4},
 		} {
 			if _, err := tb.Refund(ctx, r); err != nil {
 				t.Fatalf("%q: Refund(%+v) = %v", key, r, err)
@@ -110,7 +116,7 @@ func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {
 		if r, _ := tb.AllowN(ctx, key, 0); r.Remaining != 60 {
 			t.Errorf("%q: after refunds 5, 5 again, 3, 1, 1: %d tokens, want 60 (the resend not applied)", key, r.Remaining)
 		}
-		if _, err := tb.Refund(ctx, Refund{Key: key, N: 1, ID: strings.Repeat("i", 65)}); !errors.Is(err, tierlimit.ErrInvalidKey) {
+		if _, err := tb.Refund(ctx, Refund{Key: key, Spent: 1, ID: strings.Repeat("i", 65), Holder: "h", Gen: 5}); !errors.Is(err, tierlimit.ErrInvalidKey) {
 			t.Errorf("Refund with a 65-byte ID = %v, want ErrInvalidKey", err)
 		}
 		if err := tb.Reset(ctx, key); err != nil {
@@ -146,7 +152,7 @@ func TestNoScript(t *testing.T) {
 		}
 	}
 
-	tb, err := New(rdb, TokenBucket, tierlimit.PerHour(100), Config{})
+	tb, err := New(rdb, TokenBucket, tierlimit.PerHour(100), Config{Hold: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +165,7 @@ func TestNoScript(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Refund(ctx, Refund{Key: "x", N: 7, ID: "r1"}, Refund{Key: "y", N: 9}); err != nil {
+	if _, err := tb.Refund(ctx, Refund{Key: "x", Spent: 7, ID: "r1", Holder: "h", Gen: 1}, Refund{Key: "y", Spent: 9, Holder: "h", Gen: 1}); err != nil {
 		t.Fatalf("Refund after SCRIPT FLUSH = %v", err)
 	}
 	for k, want := range map[string]int64{"x": 7, "y": 9} {
@@ -173,7 +179,7 @@ func TestNoScript(t *testing.T) {
 func TestLeaseBatch(t *testing.T) {
 	b := miniBackend(t)
 	b.set(t0)
-	tb, err := New(b.rdb, TokenBucket, tierlimit.PerHour(10), Config{})
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerHour(10), Config{Hold: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +188,47 @@ func TestLeaseBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	grants := tb.LeaseBatch(ctx, []string{"x", "y", "z"},
-		[]Claim{{Min: 1, Want: 6}, {Min: 3, Want: 5}, {Min: 1, Want: 10, Refund: 0}})
+		[]Claim{{Min: 1, Want: 6, Holder: "a", Gen: 1}, {Min: 3, Want: 5, Holder: "a", Gen: 1}, {Min: 1, Want: 10, Holder: "a", Gen: 1}})
 	want := []int64{6, 0, 10}
 	for i, g := range grants {
 		if g.Err != nil || g.Granted != want[i] || g.Result.Allowed != (want[i] > 0) {
 			t.Errorf("grant %d = %+v, want %d granted", i, g, want[i])
 		}
 	}
-	if bad := tb.LeaseBatch(ctx, []string{"x", ""}, []Claim{{Want: 1}, {Want: 1}}); !errors.Is(bad[0].Err, tierlimit.ErrInvalidKey) {
+	if bad := tb.LeaseBatch(ctx, []string{"x", ""}, []Claim{{Want: 1, Holder: "b", Gen: 1}, {Want: 1, Holder: "b", Gen: 1}}); !errors.Is(bad[0].Err, tierlimit.ErrInvalidKey) {
 		t.Errorf("LeaseBatch with an empty key = %v, want ErrInvalidKey for all", bad[0].Err)
+	}
+}
+
+// TestObserverLeaseCalls checks what the lease primitives report: one call
+// per round trip, no decision.
+func TestObserverLeaseCalls(t *testing.T) {
+	ctx := context.Background()
+	var ops []string
+	decisions := 0
+	obs := &tierlimit.Observer{
+		RedisCall: func(c tierlimit.RedisCall) { ops = append(ops, c.Op) },
+		Decision:  func(tierlimit.Decision) { decisions++ },
+	}
+	tb, err := New(miniBackend(t).rdb, TokenBucket, tierlimit.PerHour(10), Config{Hold: time.Second, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.Lease(ctx, "k", Claim{Min: 1, Want: 4, Holder: "h", Gen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range tb.LeaseBatch(ctx, []string{"a", "b"}, []Claim{{Min: 1, Want: 1, Holder: "h", Gen: 1}, {Min: 1, Want: 2, Holder: "h", Gen: 1}}) {
+		if g.Err != nil {
+			t.Fatal(g.Err)
+		}
+	}
+	if _, err := tb.Refund(ctx, Refund{Key: "k", N: 2, Holder: "h", Gen: 2, Received: 4}, Refund{Key: "a", N: 1, Holder: "h", Gen: 2, Received: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"claim", "claim", "refund"}; !slices.Equal(ops, want) {
+		t.Errorf("calls reported %q, want %q", ops, want)
+	}
+	if decisions != 0 {
+		t.Errorf("lease primitives reported %d decisions, want none", decisions)
 	}
 }

@@ -285,20 +285,31 @@ func TestLeaseLedgerInput(t *testing.T) {
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a:b"}, tierlimit.ErrInvalidKey}, // spells a record's fields
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a;b"}, tierlimit.ErrInvalidKey}, // spells the records' separator
 		{ledger, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a", Held: -1}, tierlimit.ErrInvalidCost},
-		{ledger, Claim{Want: 1, Refund: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost},            // refund in a claim
 		{ledger, Claim{Min: 1, Want: 1, Gen: 2, Holder: "a", Received: -1}, tierlimit.ErrInvalidCost}, // a negative total received
-		{plain, Claim{Min: 1, Want: 1, Received: 1}, tierlimit.ErrInvalidCost},                        // no ledger to count it
-		{plain, Claim{Min: 1, Want: 1, Holder: "a"}, tierlimit.ErrInvalidKey},                         // no ledger to record it
-		{plain, Claim{Min: 1, Want: 1, Gen: 1}, tierlimit.ErrInvalidKey},
-		{gcra, Claim{Min: 1, Want: 1}, errNoLease}, // only a token bucket leases
+		{ledger, Claim{Min: 2, Want: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost},               // Min above Want
+		{ledger, Claim{Min: -1, Want: 1, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost},
+		{ledger, Claim{Want: 11, Gen: 1, Holder: "a"}, tierlimit.ErrInvalidCost}, // above capacity
+		{plain, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a"}, errNoLease},         // only a ledger leases
+		{gcra, Claim{Min: 1, Want: 1, Gen: 1, Holder: "a"}, errNoLease},
 	}
 	for _, c := range claims {
 		if _, _, err := c.tb.Lease(ctx, "k", c.c); !errors.Is(err, c.want) {
 			t.Errorf("Lease(%+v) = %v, want %v", c.c, err, c.want)
 		}
 	}
-	if _, err := ledger.Refund(ctx, Refund{Key: "k", N: 1}); !errors.Is(err, tierlimit.ErrInvalidKey) {
-		t.Errorf("Refund without a holder = %v, want ErrInvalidKey", err)
+	for _, r := range []struct {
+		r    Refund
+		want error
+	}{
+		{Refund{Key: "k", N: 1}, tierlimit.ErrInvalidKey}, // no holder
+		{Refund{Key: "", N: 1, Holder: "a", Gen: 2}, tierlimit.ErrInvalidKey},
+		{Refund{Key: "k", N: -1, Holder: "a", Gen: 2}, tierlimit.ErrInvalidCost},
+		{Refund{Key: "k", N: 11, Holder: "a", Gen: 2}, tierlimit.ErrInvalidCost},
+		{Refund{Key: "k", Spent: 11, Holder: "a", Gen: 2}, tierlimit.ErrInvalidCost},
+	} {
+		if failed, err := ledger.Refund(ctx, r.r); !errors.Is(err, r.want) || len(failed) != 1 {
+			t.Errorf("Refund(%+v) = %v, %v; want %v, failed", r.r, failed, err, r.want)
+		}
 	}
 	for _, cfg := range []Config{
 		{Hold: -time.Second},

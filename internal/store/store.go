@@ -164,8 +164,8 @@ func build(alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) 
 		l.bases = append(l.bases, cfg.Prefix+alg.name+":"+strconv.Itoa(i)+":{")
 	}
 	l.def = l.newPlan(limits)
-	if !alg.holders {
-		l.oneArgs = l.args(modeDecide, 0, 0, l.def, 1)
+	if !alg.ledger {
+		l.oneArgs = l.args(modeDecide, l.def, 1)
 	}
 	return l, nil
 }
@@ -271,9 +271,9 @@ const (
 )
 
 // args builds the ARGV of a call over the entries of one key under p,
-// each of cost n (for the token bucket, want and refund are its lease's).
-func (l *Limiter) args(mode string, want, refund int64, p *plan, n int64) []any {
-	args := l.head(mode, want, refund, len(p.limits))
+// each of cost n.
+func (l *Limiter) args(mode string, p *plan, n int64) []any {
+	args := l.head(mode, len(p.limits))
 	for _, spec := range p.specs {
 		args = append(args, n, spec)
 	}
@@ -281,13 +281,8 @@ func (l *Limiter) args(mode string, want, refund int64, p *plan, n int64) []any 
 }
 
 // head returns the ARGV up to the entries, with room for entries of them.
-func (l *Limiter) head(mode string, want, refund int64, entries int) []any {
-	args := make([]any, 0, 4+2*entries)
-	args = append(args, l.now(), mode)
-	if l.alg.lease {
-		args = append(args, want, refund)
-	}
-	return args
+func (l *Limiter) head(mode string, entries int) []any {
+	return append(make([]any, 0, 2+2*entries), l.now(), mode)
 }
 
 // keyTag is the Cluster hash tag of a user key: a hash, so that no byte of the
@@ -376,12 +371,12 @@ func (l *Limiter) call(ctx context.Context, key string, n int64) (tierlimit.Resu
 func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int64) (tierlimit.Result, int64, error) {
 	var args []any
 	switch {
-	case l.alg.holders:
+	case l.alg.ledger:
 		args = l.takeArgs(n, p)
 	case p == l.def && l.clock == nil && n == 1:
 		args = l.oneArgs
 	default:
-		args = l.args(modeDecide, 0, 0, p, n)
+		args = l.args(modeDecide, p, n)
 	}
 	return l.run(ctx, l.Keys(key), args, p.limits)
 }

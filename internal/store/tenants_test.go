@@ -12,61 +12,55 @@ import (
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
-// TestLeasePerKeyLimit leases under Claim.Limit, with and without a lease
-// ledger: a key drained under one limit and claimed under another keeps its
-// state (no fresh bucket), and a Refund caps at its own limit's capacity.
+// TestLeasePerKeyLimit leases under Claim.Limit: a key drained under one
+// limit and claimed under another keeps its state (no fresh bucket), and a
+// Refund caps at its own limit's capacity.
 func TestLeasePerKeyLimit(t *testing.T) {
 	ctx := context.Background()
 	free, pro := tierlimit.PerSecond(10), tierlimit.PerSecond(100)
-	for _, hold := range []time.Duration{0, time.Second} {
-		t.Run(fmt.Sprint("hold=", hold), func(t *testing.T) {
-			b := miniBackend(t)
-			b.set(t0)
-			tb, err := New(b.rdb, TokenBucket, free, Config{Hold: hold})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var gen, received int64
-			claim := func(c Claim) (int64, tierlimit.Result) {
-				t.Helper()
-				if hold != 0 {
-					gen++ // a claim numbered as the last is that claim sent again
-					c.Holder, c.Gen, c.Received = "a", gen, received
-				}
-				n, res, err := tb.Lease(ctx, "k", c)
-				if err != nil {
-					t.Fatalf("Lease(%+v) = %v", c, err)
-				}
-				received += n
-				return n, res
-			}
-			if n, _ := claim(Claim{Min: 10, Want: 10}); n != 10 {
-				t.Fatalf("Lease(10) at the default = %d, want 10", n)
-			}
-			// The plan changes to pro: still drained, then pro's rate.
-			if n, res := claim(Claim{Min: 1, Want: 50, Limit: pro}); n != 0 || res.Limit != pro {
-				t.Errorf("Lease under pro right after = %d (limit %v), want 0 (no fresh bucket) under %v", n, res.Limit, pro)
-			}
-			b.set(t0.Add(100 * time.Millisecond))
-			if n, _ := claim(Claim{Min: 1, Want: 50, Limit: pro}); n != 10 {
-				t.Errorf("Lease under pro 100 ms later = %d, want 10 (pro's rate)", n)
-			}
-			if hold != 0 {
-				return // the ledger's refunds are the holder's, tested in ledger_test.go
-			}
-			if _, err := tb.Refund(ctx, Refund{Key: "k", N: 10, Limit: free}); err != nil {
-				t.Fatal(err)
-			}
-			if r, _ := tb.AllowN(ctx, "k", 0); r.Remaining != 10 {
-				t.Errorf("after a refund of 10 under free: %d left, want 10 (free's capacity)", r.Remaining)
-			}
-			if _, err := tb.Refund(ctx, Refund{Key: "k", N: 11, Limit: free}); !errors.Is(err, tierlimit.ErrInvalidCost) {
-				t.Errorf("Refund of 11 under a capacity of 10 = nil error, want ErrInvalidCost")
-			}
-			if _, _, err := tb.Lease(ctx, "k", Claim{Want: 1, Limit: tierlimit.Limit{Rate: 1}}); !errors.Is(err, tierlimit.ErrInvalidLimit) {
-				t.Errorf("Lease under a bad limit = nil error, want ErrInvalidLimit")
-			}
-		})
+	b := miniBackend(t)
+	b.set(t0)
+	tb, err := New(b.rdb, TokenBucket, free, Config{Hold: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gen, received int64
+	claim := func(c Claim) (int64, tierlimit.Result) {
+		t.Helper()
+		gen++ // a claim numbered as the last is that claim sent again
+		c.Holder, c.Gen, c.Received = "a", gen, received
+		n, res, err := tb.Lease(ctx, "k", c)
+		if err != nil {
+			t.Fatalf("Lease(%+v) = %v", c, err)
+		}
+		received += n
+		return n, res
+	}
+	if n, _ := claim(Claim{Min: 10, Want: 10}); n != 10 {
+		t.Fatalf("Lease(10) at the default = %d, want 10", n)
+	}
+	// The plan changes to pro: still drained, then pro's rate.
+	if n, res := claim(Claim{Min: 1, Want: 50, Limit: pro}); n != 0 || res.Limit != pro {
+		t.Errorf("Lease under pro right after = %d (limit %v), want 0 (no fresh bucket) under %v", n, res.Limit, pro)
+	}
+	b.set(t0.Add(100 * time.Millisecond))
+	if n, _ := claim(Claim{Min: 1, Want: 50, Limit: pro}); n != 10 {
+		t.Errorf("Lease under pro 100 ms later = %d, want 10 (pro's rate)", n)
+	}
+	// Spent tokens given back under free (its record ended by the
+	// refund): up to free's capacity.
+	gen++
+	if _, err := tb.Refund(ctx, Refund{Key: "k", Spent: 10, Limit: free, Holder: "a", Gen: gen, Received: received}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := tb.AllowN(ctx, "k", 0); r.Remaining != 10 {
+		t.Errorf("after a refund of 10 under free: %d left, want 10 (free's capacity)", r.Remaining)
+	}
+	if _, err := tb.Refund(ctx, Refund{Key: "k", Spent: 11, Limit: free, Holder: "a", Gen: gen + 1}); !errors.Is(err, tierlimit.ErrInvalidCost) {
+		t.Errorf("Refund of 11 under a capacity of 10 = nil error, want ErrInvalidCost")
+	}
+	if _, _, err := tb.Lease(ctx, "k", Claim{Want: 1, Limit: tierlimit.Limit{Rate: 1}, Holder: "a", Gen: gen + 1}); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("Lease under a bad limit = nil error, want ErrInvalidLimit")
 	}
 }
 
@@ -75,12 +69,12 @@ func TestLeasePerKeyLimit(t *testing.T) {
 func TestLeaseBatchPerKeyLimit(t *testing.T) {
 	b := miniBackend(t)
 	b.set(t0)
-	tb, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{})
+	tb, err := New(b.rdb, TokenBucket, tierlimit.PerSecond(10), Config{Hold: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	grants := tb.LeaseBatch(context.Background(), []string{"free", "pro"}, []Claim{
-		{Min: 1, Want: 10}, {Min: 1, Want: 50, Limit: tierlimit.PerSecond(100)},
+		{Min: 1, Want: 10, Holder: "a", Gen: 1}, {Min: 1, Want: 50, Limit: tierlimit.PerSecond(100), Holder: "a", Gen: 1},
 	})
 	for i, want := range []int64{10, 50} {
 		if grants[i].Err != nil || grants[i].Granted != want {
@@ -88,7 +82,7 @@ func TestLeaseBatchPerKeyLimit(t *testing.T) {
 		}
 	}
 	// A Want above the claim's own limit's capacity fails the batch.
-	bad := tb.LeaseBatch(context.Background(), []string{"free"}, []Claim{{Min: 1, Want: 50}})
+	bad := tb.LeaseBatch(context.Background(), []string{"free"}, []Claim{{Min: 1, Want: 50, Holder: "a", Gen: 2}})
 	if !errors.Is(bad[0].Err, tierlimit.ErrInvalidCost) {
 		t.Errorf("LeaseBatch of 50 under a capacity of 10 = %v, want ErrInvalidCost", bad[0].Err)
 	}
