@@ -9,10 +9,12 @@ import (
 )
 
 // TestMain runs a fleet member instead of the tests when this binary is
-// re-executed by runFleet or the lifecycle tests, and otherwise the tests,
-// with go-redis's own log lines (a dial refused while a test has Redis
-// down) kept out of the output (see redistest.QuietClientLogs).
+// re-executed by runFleet or the lifecycle tests, and otherwise the tests;
+// either way with go-redis's own log lines (a dial refused while a test
+// has Redis down) kept out of the output (see redistest.QuietClientLogs):
+// a member's stderr is the test's output.
 func TestMain(m *testing.M) {
+	redistest.QuietClientLogs()
 	if tier := os.Getenv(lifecycleEnv); tier != "" {
 		os.Exit(lifecycleChild(tier))
 	}
@@ -22,6 +24,5 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(fleetMember(spec))
 	}
-	redistest.QuietClientLogs()
 	os.Exit(m.Run())
 }
