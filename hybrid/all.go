@@ -5,12 +5,9 @@ package hybrid
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/internal/xrate"
 )
 
 // AllowAll decides several takes at once, all or nothing: it admits only if
@@ -151,62 +148,4 @@ func (l *limiter) blockedAny(entries []*entry, takes []tierlimit.Take) (tierlimi
 		}
 	}
 	return worst, found
-}
-
-// missedAll decides an AllowAll whose claim failed or ran past the budget,
-// as missed does one key's: while the breaker is closed Redis may only be
-// slow, and no fallback mints tokens for it (G1).
-func (l *limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
-	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
-		return l.fallAll(takes, pols)
-	}
-	if err := l.misconfig.Load(); err != nil {
-		return tierlimit.Result{}, *err
-	}
-	return l.record(pols[0], pols[0].denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
-}
-
-// fallAll decides an AllowAll while Redis cannot be reached: the failure
-// mode decides, and in FailFallback mode the keys' fallback buckets, all or
-// nothing (the leases were tried first).
-func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
-	if err := l.misconfig.Load(); err != nil {
-		return tierlimit.Result{}, *err
-	}
-	switch l.cfg.failureMode {
-	case FailOpen:
-		return l.record(pols[0], tierlimit.Result{Allowed: true, Limit: pols[0].limit, Source: tierlimit.SourceFallback}, 0), nil
-	case FailClosed:
-		return l.record(pols[0], pols[0].denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
-	}
-	now := l.cfg.clock.Now()
-	// The buckets are locked in key order, so that AllowAlls sharing keys
-	// cannot each hold one the other waits for.
-	order := make([]int, len(takes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(takes[a].Key, takes[b].Key) })
-	entries := make([]*entry, len(takes))
-	fbs := make([]xrate.Take, len(takes))
-	for k, i := range order {
-		e := l.entry(takes[i].Key, pols[i])
-		entries[k] = e
-		fb := l.fallbackOf(e, now).lim
-		fbs[k] = xrate.Take{Bucket: fb, Limit: fb.Limit(), N: takes[i].N}
-	}
-	res, err := xrate.DecideAll(now, fbs)
-	if err != nil {
-		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
-	}
-	res.Source = tierlimit.SourceFallback
-	if res.Allowed {
-		for k, e := range entries {
-			e.owed.Add(fbs[k].N)
-			if e.evicted.Load() {
-				l.keys.keep(e) // after the Add: see table.forget
-			}
-		}
-	}
-	return l.record(pols[0], res, 0), nil
 }

@@ -1,12 +1,12 @@
 package hybrid
 
-// Claims: the decisions that ask Redis for a lease, and how big a lease is.
+// Claims: the decisions that ask Redis for a lease (or peek at the bucket),
+// and how big a lease is.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,30 +77,6 @@ func (l *limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 	return l.record(p, p.denial(p.limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
 }
 
-// expiry returns a func whose channel is closed when the call budget has
-// run out, counted from its first call: every later wait sees it (a
-// timer's channel would be drained by the first), and stop, which frees
-// its timer.
-func (l *limiter) expiry() (expiry func() <-chan struct{}, stop func()) {
-	var (
-		budget  *time.Timer
-		expired chan struct{}
-	)
-	expiry = func() <-chan struct{} {
-		if expired == nil {
-			expired = make(chan struct{})
-			budget = time.AfterFunc(l.cfg.callBudget, func() { close(expired) })
-		}
-		return expired
-	}
-	stop = func() {
-		if budget != nil {
-			budget.Stop()
-		}
-	}
-	return expiry, stop
-}
-
 // errMissed is shared's error for a claim that failed or ran past the
 // call budget: the caller decides without Redis (missed).
 var errMissed = errors.New("hybrid: claim missed")
@@ -141,20 +117,6 @@ func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n
 	return nil, errMissed
 }
 
-// honoursDeadlines reports whether go-redis client rdb ends a call at its
-// context's deadline (Options.ContextTimeoutEnabled).
-func honoursDeadlines(rdb redis.UniversalClient) bool {
-	switch c := rdb.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
 // lease claims tokens for key into its entry, so that it holds at least n
 // (or it claims nothing), at most the lease size. It returns the entry.
 func (l *limiter) lease(ctx context.Context, key string, p *policy, n int64) (*entry, error) {
@@ -193,51 +155,12 @@ func (l *limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 	}
 	now := l.now()
 	want := l.size(e, lo, now)
-	var granted int64
-	var res tierlimit.Result
-	c := l.claimOf(e, lo, want)
-	ev, err := l.call("claim", l.cfg.callBudget, func() error {
-		cctx, cancel := l.budget(ctx)
-		defer cancel()
-		var err error
-		granted, res, err = l.bucket.Lease(cctx, e.key, c)
-		return err
-	})
+	granted, res, ev, err := l.leaseCall(ctx, "claim", e.key, l.claimOf(e, lo, want))
 	l.replied(e, granted, err)
 	if err != nil {
 		return err
 	}
 	l.apply(e, want, granted, res)
-	return nil
-}
-
-// payDebt charges e's debt to Redis in one call, reported in ev. The caller
-// holds e's key lock.
-func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
-	c := l.debtClaim(e)
-	var granted int64
-	var res tierlimit.Result
-	var err error
-	*ev, err = l.call("chargeback", l.cfg.callBudget, func() error {
-		cctx, cancel := l.budget(ctx)
-		defer cancel()
-		var err error
-		granted, res, err = l.bucket.Lease(cctx, e.key, c)
-		return err
-	})
-	l.replied(e, granted, err)
-	if err != nil {
-		return err
-	}
-	one := []*entry{e}
-	cctx, cancel := l.budget(ctx)
-	defer cancel()
-	switch l.paid(e, granted, res) {
-	case debtFull:
-		l.settleMarks(cctx, one, nil, true)
-	case debtShort:
-		l.settleMarks(cctx, nil, one, true)
-	}
 	return nil
 }
 
@@ -400,28 +323,15 @@ func (l *limiter) blockFor(p *policy, res tierlimit.Result) time.Duration {
 	return d
 }
 
-// entry returns key's entry, following policy p from now on: the cached
-// one, else the one ristretto dropped that the table still follows, else a
-// new one, cached if ristretto admits it. An entry whose key's limit
-// changed (WithLimitFunc) keeps its lease: Redis carries the key's state
-// over to the new limit.
-func (l *limiter) entry(key string, p *policy) *entry {
-	e, ok := l.lookup(key)
-	if !ok {
-		e, ok = l.keys.droppedFor(key)
+// peek answers n == 0: what the lease and Redis hold, charging nothing.
+func (l *limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Result, error) {
+	_, res, ev, err := l.leaseCall(ctx, "peek", key, p.claim(0, 0))
+	l.report(&ev)
+	switch {
+	case l.bucket.Misconfigured(err):
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
+	case err != nil:
+		return l.fall(ctx, key, p, 0)
 	}
-	if ok {
-		if e.policy() != p {
-			e.pol.Store(p)
-		}
-		return e
-	}
-	e = &entry{key: key, stripe: uint8(keyHash(key))}
-	e.pol.Store(p)
-	e.asked.Store(l.now()) // the caller had p from policyFor
-	e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
-	// If ristretto refuses or drops e, e still serves this claim and the
-	// janitor refunds what it holds.
-	l.keys.add(e)
-	return e
+	return l.record(p, res, 0), nil
 }

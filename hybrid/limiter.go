@@ -1,5 +1,8 @@
 package hybrid
 
+// The Limiter: New, its state, Close, and the clock and key locks every
+// path shares.
+
 import (
 	"context"
 	"fmt"
@@ -250,178 +253,6 @@ func (l *Limiter) Close() error {
 // Limit returns the limit the fleet is held to.
 func (l *Limiter) Limit() tierlimit.Limit { return l.limit }
 
-// Allow is shorthand for AllowN(ctx, key, 1).
-func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
-	return l.AllowN(ctx, key, 1)
-}
-
-// AllowN reports whether n events may happen now for key, and takes them if
-// so. n == 0 peeks. It returns an error only for bad input (wrapping
-// tierlimit.ErrInvalidKey or tierlimit.ErrInvalidCost), a cancelled ctx, or
-// tierlimit.ErrClosed after Close. Redis faults never reach the caller: the
-// call is decided by the failure mode (see WithFailureMode). Redis refusing
-// the limiter's commands (see tierlimit.Misconfigured) is not a fault but a
-// misconfiguration: from the first such reply until a call succeeds again,
-// AllowN returns an error wrapping tierlimit.ErrMisconfigured instead of
-// deciding on its fallback.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if l.onDecision != nil {
-		return l.observed(ctx, key, n)
-	}
-	return l.decide(ctx, key, n)
-}
-
-// observed decides and reports the decision to the observer. A decision
-// made in process (a lease, a known-blocked key) is reported with Latency
-// 0: it takes well under a microsecond, and two clock reads would cost
-// more than it does (otelbridge's BenchmarkHotKey).
-func (l *limiter) observed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if err := l.check(ctx, key, n); err != nil {
-		return tierlimit.Result{}, err
-	}
-	h := keyHash(key)
-	var took time.Duration
-	res, ok := l.inProcess(key, h, n)
-	if !ok {
-		start := time.Now()
-		var err error
-		if res, err = l.slow(ctx, key, h, n); err != nil {
-			return res, err
-		}
-		took = time.Since(start)
-	}
-	l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: took, Limit: res.Limit})
-	return res, nil
-}
-
-func (l *limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if err := l.check(ctx, key, n); err != nil {
-		return tierlimit.Result{}, err
-	}
-	h := keyHash(key)
-	if res, ok := l.inProcess(key, h, n); ok {
-		return res, nil
-	}
-	return l.slow(ctx, key, h, n)
-}
-
-// inProcess decides from key's lease or its known block, if it can.
-func (l *limiter) inProcess(key string, h uint64, n int64) (tierlimit.Result, bool) {
-	if e, ok := l.keys.find(key, h); ok {
-		if res, ok := l.spend(e, n, tierlimit.SourceLocal); ok {
-			return res, true
-		}
-		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
-			return l.record(e.policy(), res, e.stripe), true
-		}
-	}
-	return tierlimit.Result{}, false
-}
-
-// slow decides with Redis (a claim), or without it when Redis cannot
-// answer. It is a call in flight, which Close waits for.
-func (l *limiter) slow(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
-	if !l.keys.enter(h) {
-		return tierlimit.Result{}, tierlimit.ErrClosed
-	}
-	defer l.keys.exit(h)
-	return l.claim(ctx, key, h, n)
-}
-
-func (l *limiter) check(ctx context.Context, key string, n int64) error {
-	if l.keys.gate.Closed() {
-		return tierlimit.ErrClosed
-	}
-	if err := tierlimit.CheckKey(key); err != nil {
-		return err
-	}
-	if n < 0 || l.cfg.limitFunc == nil && n > l.def.capacity {
-		return fmt.Errorf("%w: hybrid: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.def.capacity)
-	}
-	return ctx.Err()
-}
-
-// Reset forgets key in Redis and in process: it is back to full capacity.
-// Tokens leased for it are dropped: Redis's bucket is full again, so they
-// count as refunded (or as lost if Redis could not be reached).
-//
-// Reset waits for Redis at most 750 ms, or until ctx ends, even while the
-// circuit breaker holds decisions' calls back (a reset is asked for, not
-// decided). It returns an error when Redis did not answer by then
-// (wrapping context.DeadlineExceeded), when ctx ended (ctx's error), or
-// when Redis failed the call: the key may then still be reset, once Redis
-// runs the call it was sent.
-func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if err := tierlimit.CheckKey(key); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	h := keyHash(key)
-	if !l.keys.enter(h) {
-		return tierlimit.ErrClosed
-	}
-	defer l.keys.exit(h)
-	var (
-		gaveUp atomic.Bool
-		err    error
-	)
-	if l.detachKey(ctx, h, answerWait, func() { err = l.reset(ctx, key, h, &gaveUp) }) {
-		return err // written before detach saw the work end
-	}
-	gaveUp.Store(true)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return fmt.Errorf("hybrid: reset: redis did not answer within %v: %w", answerWait, context.DeadlineExceeded)
-}
-
-// reset is Reset's work, under key's lock; it does nothing if its caller
-// gave up before the lock was had.
-func (l *limiter) reset(ctx context.Context, key string, h uint64, gaveUp *atomic.Bool) error {
-	mu := l.keyLock(key)
-	mu.Lock()
-	defer mu.Unlock()
-	if gaveUp.Load() {
-		return nil
-	}
-	// Every entry of the key goes stale: the cached one and any that
-	// ristretto dropped but that still holds tokens.
-	var dropped int64
-	forget := func(e *entry) {
-		e.stale.Store(true)
-		dropped += e.tokens.Swap(0)
-		e.owed.Store(0) // the bucket is full again: nothing to charge back
-		e.owedSince.Store(0)
-	}
-	cached, ok := l.keys.find(key, h)
-	if ok {
-		forget(cached)
-	}
-	for _, e := range l.keys.holding() {
-		if e.key == key && !e.stale.Load() {
-			forget(e)
-		}
-	}
-	l.keys.del(key)
-	if ok {
-		l.retire(cached) // no longer in the table: ristretto's Del drops it silently
-	}
-	ev, err := l.callAnyway("reset", answerWait, func() error {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerWait)
-		defer cancel()
-		return l.bucket.Reset(cctx, key)
-	})
-	l.report(&ev)
-	if err != nil {
-		l.stats.lost.Add(dropped)
-		return err
-	}
-	l.stats.refunded.Add(dropped)
-	return nil
-}
-
 func (l *limiter) keyLock(key string) *sync.Mutex { return &l.keyLocks[l.keyLockIndex(key)] }
 
 func (l *limiter) keyLockIndex(key string) int {
@@ -475,14 +306,6 @@ func awaitGroup(wg *sync.WaitGroup, wait time.Duration) {
 // TTL to take them back, and as much again for a janitor running late.
 func leaseHold(ttl time.Duration) time.Duration { return ttl + ttl/2 }
 
-// stallBudgets is the least time, in call budgets, a call is in flight
-// before the breaker counts it as failed (see call).
-const stallBudgets = 4
-
-// probeTimeout is the least time a periodic heartbeat waits for Redis:
-// nobody waits on it.
-const probeTimeout = time.Second
-
 // now returns the clock in nanoseconds since the epoch. With the system
 // clock it reads the monotonic clock only (time.Since), which costs half of
 // time.Now on a VM's clock: the instants it returns are the start's wall
@@ -492,10 +315,4 @@ func (l *limiter) now() int64 {
 		return l.epoch + int64(time.Since(l.start))
 	}
 	return l.cfg.clock.Now().UnixNano()
-}
-
-// budget returns a context for one Redis call: ctx's values, not its
-// cancellation (the call may serve other callers), and the call budget.
-func (l *limiter) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.callBudget)
 }

@@ -251,16 +251,6 @@ func (p *policy) denial(retry time.Duration, src tierlimit.Source) tierlimit.Res
 	}
 }
 
-// shareOf returns what a key of policy p is held to while the breaker is
-// open: WithFallback's limit, else p's limit divided by the live
-// instances.
-func (l *limiter) shareOf(p *policy) tierlimit.Limit {
-	if p == l.def || l.cfg.fallback != nil {
-		return *l.share.Load()
-	}
-	return share(p.base, l.instances.Load())
-}
-
 // claim returns a claim of between lo and want tokens under p's limit.
 func (p *policy) claim(lo, want int64) store.Claim {
 	return store.Claim{Min: lo, Want: want, Limit: p.own}

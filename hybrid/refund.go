@@ -1,5 +1,8 @@
 package hybrid
 
+// Refunds: the janitor, which takes expired leases back to Redis, and
+// Close's last refunds.
+
 import (
 	"context"
 	"fmt"
@@ -7,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -78,155 +80,6 @@ func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Ref
 		}
 	}
 	return refunds
-}
-
-// chargeBack debits from Redis what fallback decisions admitted in an
-// outage, once the breaker has closed: a claim of up to that many tokens
-// (at least none), none of which is kept, so that the bucket is charged
-// for them but never goes below empty (see paid for what it lacks).
-func (l *limiter) chargeBack(entries []*entry) {
-	if l.brk.current() != tierlimit.BreakerClosed {
-		return
-	}
-	var due, full, short []*entry
-	for _, e := range entries {
-		if e.owed.Load() > 0 && !e.stale.Load() {
-			due = append(due, e)
-		}
-	}
-	l.claimAll("chargeback", due, l.debtClaim, func(e *entry, _ store.Claim, g store.Grant) {
-		switch l.paid(e, g.Granted, g.Result) {
-		case debtFull:
-			full = append(full, e)
-		case debtShort:
-			short = append(short, e)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
-	defer cancel()
-	l.settleMarks(ctx, full, short, false)
-}
-
-// debtClaim is the claim that charges e's debt: up to what it owes, at
-// least nothing. The caller holds e's key lock.
-func (l *limiter) debtClaim(e *entry) store.Claim {
-	return l.claimOf(e, 0, min(e.owed.Load(), e.policy().capacity))
-}
-
-// debtOutcome is what a charge of a debt leaves to do.
-type debtOutcome int
-
-const (
-	debtSettled debtOutcome = iota // paid, or forgiven
-	debtFull                       // forgiven, the bucket being full: mark it for the other instances
-	debtShort                      // owed still: forgiven if the bucket was marked full
-)
-
-// paid records that Redis granted granted tokens of e's debt, leaving res:
-// they are spent, by the fallback decisions that owed them. What is left
-// owed is one of two things (docs/design.md, G4, "Charged back"):
-//   - refill the bucket dropped at its cap while the fallbacks spent it
-//     (or state Redis lost): one bucket would have given it. It is
-//     forgiven. The bucket was full when this charge came, or when another
-//     instance's charge of the same outage came: that one marked it
-//     (debtFull, settleMarks), and this one finds the mark.
-//   - tokens other instances leased while this one fell back: the fleet
-//     admitted them twice. They stay owed: the key's claims pay them
-//     before they take anything (claimInto), and the janitor takes them
-//     as the bucket refills, for debtWindow after the first charge;
-//     what is left then is forgiven, so that an instance never starves a
-//     key for long on a debt.
-//
-// The caller holds e's key lock.
-func (l *limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcome {
-	l.stats.leased.Add(granted)
-	l.stats.chargedBack.Add(granted)
-	left := e.owed.Add(-granted)
-	out := debtShort
-	switch {
-	case left <= 0:
-		e.owedSince.Store(0)
-		out = debtSettled
-	case granted+res.Remaining >= e.policy().capacity:
-		l.forgive(e)
-		out = debtFull
-	case e.owedSince.Load() == 0:
-		e.owedSince.Store(l.now())
-	case l.now()-e.owedSince.Load() >= int64(l.debtWindow()):
-		l.forgive(e)
-		out = debtSettled
-	}
-	if e.evicted.Load() {
-		l.forget(e)
-	}
-	return out
-}
-
-// debtWindow is how long a debt the bucket could not pay at once stays
-// owed: one lease TTL, at most a second. A pause (CLIENT PAUSE, SIGSTOP)
-// leaves debts that one bucket would not charge (see docs/design.md, G4),
-// and carrying them costs the key their window's refill
-// (TestOutageKeepingState).
-func (l *limiter) debtWindow() time.Duration { return min(l.cfg.leaseTTL, time.Second) }
-
-// forgive drops what e owes. The caller holds e's key lock.
-func (l *limiter) forgive(e *entry) {
-	e.owed.Add(-max(0, e.owed.Load()))
-	e.owedSince.Store(0)
-}
-
-// markTTL is how long a bucket found full stays marked: long enough for
-// every instance to charge its debt of the same outage (its breaker closes
-// within a probe interval of Redis answering, its janitor runs every
-// quarter lease TTL).
-func (l *limiter) markTTL() time.Duration { return 2*l.cfg.leaseTTL + l.cfg.probeInterval }
-
-// settleMarks marks the buckets of full, found full by a charge, and
-// forgives the debts of short whose buckets another instance marked. With
-// locked, the caller holds the key lock of short's one entry.
-func (l *limiter) settleMarks(ctx context.Context, full, short []*entry, locked bool) {
-	keys := func(es []*entry) []string {
-		out := make([]string, len(es))
-		for i, e := range es {
-			out[i] = e.key
-		}
-		return out
-	}
-	if len(full) > 0 {
-		// Even while the breaker holds calls back: a claim sent before
-		// an outage can land before it closes, and its answer is the
-		// one that saw the bucket full.
-		ev, _ := l.callAnyway("mark", l.cfg.callBudget, func() error {
-			return l.bucket.Mark(ctx, l.markTTL(), keys(full)...)
-		})
-		l.report(&ev)
-	}
-	if len(short) == 0 {
-		return
-	}
-	var marked []bool
-	ev, err := l.call("mark", l.cfg.callBudget, func() error {
-		var err error
-		marked, err = l.bucket.Marked(ctx, keys(short)...)
-		return err
-	})
-	l.report(&ev)
-	if err != nil {
-		return
-	}
-	for i, e := range short {
-		if !marked[i] {
-			continue
-		}
-		if locked {
-			l.forgive(e)
-			continue
-		}
-		mu := l.keyLock(e.key)
-		mu.Lock()
-		l.forgive(e)
-		mu.Unlock()
-	}
 }
 
 // refund sends refunds (see send), through the breaker unless anyway is

@@ -1,6 +1,6 @@
 package hybrid
 
-// Settling a charge after the fact, and waiting for admission.
+// Settling a charge after the fact.
 
 import (
 	"context"
@@ -10,20 +10,6 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
-
-// WaitN blocks until n events may happen for key, takes them and returns the
-// admitting Result. Waiters on one key wait in line, first come first
-// served, and only the first asks again, once per RetryAfter: a crowd of
-// waiters costs Redis no more than one. WaitN returns at once with an error
-// wrapping tierlimit.ErrWaitDeadline (and the denying Result) when the wait
-// would end after ctx's deadline, ctx's error when ctx ends first, and
-// AllowN's errors.
-func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if err := l.check(ctx, key, n); err != nil {
-		return tierlimit.Result{}, err
-	}
-	return l.waits.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
-}
 
 // Settle corrects a charge of key after the fact: charged events were
 // taken, used is what they really cost (an LLM request charged its
@@ -212,16 +198,7 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 	if d -= l.takeUpTo(e, d); d == 0 || e.stale.Load() {
 		return false
 	}
-	c := l.claimOf(e, 0, d)
-	var granted int64
-	var res tierlimit.Result
-	ev, err := l.call("settle", l.cfg.callBudget, func() error {
-		cctx, cancel := l.budget(ctx)
-		defer cancel()
-		var err error
-		granted, res, err = l.bucket.Lease(cctx, e.key, c)
-		return err
-	})
+	granted, res, ev, err := l.leaseCall(ctx, "settle", e.key, l.claimOf(e, 0, d))
 	l.report(&ev)
 	l.replied(e, granted, err)
 	if err != nil {

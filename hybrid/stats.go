@@ -1,5 +1,7 @@
 package hybrid
 
+// Stats: the counters, and the decisions' tallies.
+
 import (
 	"slices"
 	"strings"
@@ -124,20 +126,6 @@ func (l *limiter) harvest(e *entry) {
 		if c := e.policy().counts; c != nil {
 			c[e.stripe%decisionStripes].n[1].Add(n)
 		}
-	}
-}
-
-// retire harvests e for the last time: the table no longer holds it.
-func (l *limiter) retire(e *entry) {
-	e.retired.Store(true)
-	l.harvest(e)
-}
-
-// forget stops following e if the table may (see table.forget), and
-// retires it then.
-func (l *limiter) forget(e *entry) {
-	if l.keys.forget(e) {
-		l.retire(e)
 	}
 }
 

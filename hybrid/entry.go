@@ -1,6 +1,10 @@
 package hybrid
 
+// The entries: a key's in-process state, and the table that holds them
+// (ristretto, its front table and the entries it dropped).
+
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,4 +277,47 @@ func (t *table) eachLast(f func(*entry)) {
 func (t *table) release() {
 	t.gate.Drain(-1)
 	t.cache.Close()
+}
+
+// entry returns key's entry, following policy p from now on: the cached
+// one, else the one ristretto dropped that the table still follows, else a
+// new one, cached if ristretto admits it. An entry whose key's limit
+// changed (WithLimitFunc) keeps its lease: Redis carries the key's state
+// over to the new limit.
+func (l *limiter) entry(key string, p *policy) *entry {
+	e, ok := l.lookup(key)
+	if !ok {
+		e, ok = l.keys.droppedFor(key)
+	}
+	if ok {
+		if e.policy() != p {
+			e.pol.Store(p)
+		}
+		return e
+	}
+	e = &entry{key: key, stripe: uint8(keyHash(key))}
+	e.pol.Store(p)
+	e.asked.Store(l.now()) // the caller had p from policyFor
+	e.holder = l.id + "." + strconv.FormatInt(l.entries.Add(1), 36)
+	// If ristretto refuses or drops e, e still serves this claim and the
+	// janitor refunds what it holds.
+	l.keys.add(e)
+	return e
+}
+
+// lookup returns key's entry (see table.find).
+func (l *limiter) lookup(key string) (*entry, bool) { return l.keys.find(key, keyHash(key)) }
+
+// retire harvests e for the last time: the table no longer holds it.
+func (l *limiter) retire(e *entry) {
+	e.retired.Store(true)
+	l.harvest(e)
+}
+
+// forget stops following e if the table may (see table.forget), and
+// retires it then.
+func (l *limiter) forget(e *entry) {
+	if l.keys.forget(e) {
+		l.retire(e)
+	}
 }

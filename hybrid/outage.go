@@ -1,0 +1,351 @@
+package hybrid
+
+// Deciding without Redis: a claim that missed its budget, the fallback
+// buckets at the instance's share while the breaker is open, and charging
+// what they admitted back to Redis (debt) once it answers.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/store"
+	"github.com/tierlimit/tierlimit/internal/xrate"
+)
+
+// missed decides a call whose claim failed or ran past the call budget.
+// Unless the breaker is closed that is an outage, which the failure mode
+// decides (fall). Otherwise Redis may only be slow, and in FailFallback mode
+// no fallback bucket mints tokens for it (G1): a lease that landed
+// meanwhile is spent, a key known to be blocked stays blocked, and
+// anything else is denied for a budget's time; the claim, if it lands, is
+// spent by the next callers.
+func (l *limiter) missed(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
+	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
+		return l.fall(ctx, key, p, n)
+	}
+	if e, ok := l.lookup(key); ok {
+		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
+			return res, nil
+		}
+		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
+			return l.record(e.policy(), res, e.stripe), nil
+		}
+	}
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	return l.record(p, p.denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
+}
+
+// fall decides while Redis cannot be reached: a lease still held is spent
+// first, then the failure mode decides, unless Redis's last word was a
+// misconfiguration: that is an error.
+func (l *limiter) fall(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
+	if e, ok := l.lookup(key); ok {
+		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
+			return res, nil
+		}
+	}
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	switch l.cfg.failureMode {
+	case FailOpen:
+		return l.record(p, tierlimit.Result{Allowed: true, Limit: p.limit, Source: tierlimit.SourceFallback}, 0), nil
+	case FailClosed:
+		return l.record(p, p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
+	}
+	now := l.cfg.clock.Now()
+	e := l.entry(key, p)
+	if e.owed.Load() == 0 && l.keys.droppedLen() >= l.cfg.maxKeys {
+		// The table follows WithMaxKeys dropped entries already: it cannot
+		// follow one more debt (G6), and a bucket forgotten at every call
+		// would admit without bound (G1). Deny, as a key known to be
+		// blocked is.
+		return l.record(p, p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), e.stripe), nil
+	}
+	fb := l.fallbackOf(e, now)
+	res := fb.lim.Decide(now, n)
+	res.Source = tierlimit.SourceFallback
+	if res.Allowed {
+		e.owed.Add(n)
+		if e.evicted.Load() {
+			l.keys.keep(e) // after the Add: see table.forget
+		}
+	}
+	return l.record(e.policy(), res, e.stripe), nil
+}
+
+// fallback is a key's bucket while the breaker is open (mode FailFallback):
+// an exact token bucket (xrate) at the instance's share of the limit, for
+// one outage.
+type fallback struct {
+	epoch int64 // the breaker's opening it belongs to (breaker.opens)
+	lim   *xrate.Bucket
+}
+
+// fallbackOf returns e's bucket for the outage under way, made by the first
+// fallback decision after the breaker opened. It starts from what Redis
+// last said the key had, divided by the live instances: nothing for a key
+// known to be blocked, nor for a key this instance never claimed, which
+// other instances may have drained (G1: an outage where Redis keeps its
+// state hands out no fresh burst). The share's rate flows from the start.
+func (l *limiter) fallbackOf(e *entry, now time.Time) *fallback {
+	epoch := l.brk.opens.Load()
+	old := e.fb.Load()
+	if old != nil && old.epoch == epoch {
+		return old
+	}
+	share := l.shareOf(e.policy())
+	var tokens int64
+	if e.lastClaim.Load() != 0 && e.blockedUntil.Load() <= l.now() {
+		tokens = e.remote.Load() / max(1, l.instances.Load())
+	}
+	fb := &fallback{epoch: epoch, lim: xrate.NewWith(share, tokens, now)}
+	if e.fb.CompareAndSwap(old, fb) {
+		return fb
+	}
+	return e.fb.Load()
+}
+
+// missedAll decides an AllowAll whose claim failed or ran past the budget,
+// as missed does one key's: while the breaker is closed Redis may only be
+// slow, and no fallback mints tokens for it (G1).
+func (l *limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
+	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
+		return l.fallAll(takes, pols)
+	}
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	return l.record(pols[0], pols[0].denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
+}
+
+// fallAll decides an AllowAll while Redis cannot be reached: the failure
+// mode decides, and in FailFallback mode the keys' fallback buckets, all or
+// nothing (the leases were tried first).
+func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
+	if err := l.misconfig.Load(); err != nil {
+		return tierlimit.Result{}, *err
+	}
+	switch l.cfg.failureMode {
+	case FailOpen:
+		return l.record(pols[0], tierlimit.Result{Allowed: true, Limit: pols[0].limit, Source: tierlimit.SourceFallback}, 0), nil
+	case FailClosed:
+		return l.record(pols[0], pols[0].denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
+	}
+	now := l.cfg.clock.Now()
+	// The buckets are locked in key order, so that AllowAlls sharing keys
+	// cannot each hold one the other waits for.
+	order := make([]int, len(takes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(takes[a].Key, takes[b].Key) })
+	entries := make([]*entry, len(takes))
+	fbs := make([]xrate.Take, len(takes))
+	for k, i := range order {
+		e := l.entry(takes[i].Key, pols[i])
+		entries[k] = e
+		fb := l.fallbackOf(e, now).lim
+		fbs[k] = xrate.Take{Bucket: fb, Limit: fb.Limit(), N: takes[i].N}
+	}
+	res, err := xrate.DecideAll(now, fbs)
+	if err != nil {
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
+	}
+	res.Source = tierlimit.SourceFallback
+	if res.Allowed {
+		for k, e := range entries {
+			e.owed.Add(fbs[k].N)
+			if e.evicted.Load() {
+				l.keys.keep(e) // after the Add: see table.forget
+			}
+		}
+	}
+	return l.record(pols[0], res, 0), nil
+}
+
+// chargeBack debits from Redis what fallback decisions admitted in an
+// outage, once the breaker has closed: a claim of up to that many tokens
+// (at least none), none of which is kept, so that the bucket is charged
+// for them but never goes below empty (see paid for what it lacks).
+func (l *limiter) chargeBack(entries []*entry) {
+	if l.brk.current() != tierlimit.BreakerClosed {
+		return
+	}
+	var due, full, short []*entry
+	for _, e := range entries {
+		if e.owed.Load() > 0 && !e.stale.Load() {
+			due = append(due, e)
+		}
+	}
+	l.claimAll("chargeback", due, l.debtClaim, func(e *entry, _ store.Claim, g store.Grant) {
+		switch l.paid(e, g.Granted, g.Result) {
+		case debtFull:
+			full = append(full, e)
+		case debtShort:
+			short = append(short, e)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+	defer cancel()
+	l.settleMarks(ctx, full, short, false)
+}
+
+// debtClaim is the claim that charges e's debt: up to what it owes, at
+// least nothing. The caller holds e's key lock.
+func (l *limiter) debtClaim(e *entry) store.Claim {
+	return l.claimOf(e, 0, min(e.owed.Load(), e.policy().capacity))
+}
+
+// debtOutcome is what a charge of a debt leaves to do.
+type debtOutcome int
+
+const (
+	debtSettled debtOutcome = iota // paid, or forgiven
+	debtFull                       // forgiven, the bucket being full: mark it for the other instances
+	debtShort                      // owed still: forgiven if the bucket was marked full
+)
+
+// paid records that Redis granted granted tokens of e's debt, leaving res:
+// they are spent, by the fallback decisions that owed them. What is left
+// owed is one of two things (docs/design.md, G4, "Charged back"):
+//   - refill the bucket dropped at its cap while the fallbacks spent it
+//     (or state Redis lost): one bucket would have given it. It is
+//     forgiven. The bucket was full when this charge came, or when another
+//     instance's charge of the same outage came: that one marked it
+//     (debtFull, settleMarks), and this one finds the mark.
+//   - tokens other instances leased while this one fell back: the fleet
+//     admitted them twice. They stay owed: the key's claims pay them
+//     before they take anything (claimInto), and the janitor takes them
+//     as the bucket refills, for debtWindow after the first charge;
+//     what is left then is forgiven, so that an instance never starves a
+//     key for long on a debt.
+//
+// The caller holds e's key lock.
+func (l *limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcome {
+	l.stats.leased.Add(granted)
+	l.stats.chargedBack.Add(granted)
+	left := e.owed.Add(-granted)
+	out := debtShort
+	switch {
+	case left <= 0:
+		e.owedSince.Store(0)
+		out = debtSettled
+	case granted+res.Remaining >= e.policy().capacity:
+		l.forgive(e)
+		out = debtFull
+	case e.owedSince.Load() == 0:
+		e.owedSince.Store(l.now())
+	case l.now()-e.owedSince.Load() >= int64(l.debtWindow()):
+		l.forgive(e)
+		out = debtSettled
+	}
+	if e.evicted.Load() {
+		l.forget(e)
+	}
+	return out
+}
+
+// debtWindow is how long a debt the bucket could not pay at once stays
+// owed: one lease TTL, at most a second. A pause (CLIENT PAUSE, SIGSTOP)
+// leaves debts that one bucket would not charge (see docs/design.md, G4),
+// and carrying them costs the key their window's refill
+// (TestOutageKeepingState).
+func (l *limiter) debtWindow() time.Duration { return min(l.cfg.leaseTTL, time.Second) }
+
+// forgive drops what e owes. The caller holds e's key lock.
+func (l *limiter) forgive(e *entry) {
+	e.owed.Add(-max(0, e.owed.Load()))
+	e.owedSince.Store(0)
+}
+
+// markTTL is how long a bucket found full stays marked: long enough for
+// every instance to charge its debt of the same outage (its breaker closes
+// within a probe interval of Redis answering, its janitor runs every
+// quarter lease TTL).
+func (l *limiter) markTTL() time.Duration { return 2*l.cfg.leaseTTL + l.cfg.probeInterval }
+
+// settleMarks marks the buckets of full, found full by a charge, and
+// forgives the debts of short whose buckets another instance marked. With
+// locked, the caller holds the key lock of short's one entry.
+func (l *limiter) settleMarks(ctx context.Context, full, short []*entry, locked bool) {
+	keys := func(es []*entry) []string {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.key
+		}
+		return out
+	}
+	if len(full) > 0 {
+		// Even while the breaker holds calls back: a claim sent before
+		// an outage can land before it closes, and its answer is the
+		// one that saw the bucket full.
+		ev, _ := l.callAnyway("mark", l.cfg.callBudget, func() error {
+			return l.bucket.Mark(ctx, l.markTTL(), keys(full)...)
+		})
+		l.report(&ev)
+	}
+	if len(short) == 0 {
+		return
+	}
+	var marked []bool
+	ev, err := l.call("mark", l.cfg.callBudget, func() error {
+		var err error
+		marked, err = l.bucket.Marked(ctx, keys(short)...)
+		return err
+	})
+	l.report(&ev)
+	if err != nil {
+		return
+	}
+	for i, e := range short {
+		if !marked[i] {
+			continue
+		}
+		if locked {
+			l.forgive(e)
+			continue
+		}
+		mu := l.keyLock(e.key)
+		mu.Lock()
+		l.forgive(e)
+		mu.Unlock()
+	}
+}
+
+// payDebt charges e's debt to Redis in one call, reported in ev. The caller
+// holds e's key lock.
+func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
+	granted, res, call, err := l.leaseCall(ctx, "chargeback", e.key, l.debtClaim(e))
+	*ev = call
+	l.replied(e, granted, err)
+	if err != nil {
+		return err
+	}
+	one := []*entry{e}
+	cctx, cancel := l.budget(ctx)
+	defer cancel()
+	switch l.paid(e, granted, res) {
+	case debtFull:
+		l.settleMarks(cctx, one, nil, true)
+	case debtShort:
+		l.settleMarks(cctx, nil, one, true)
+	}
+	return nil
+}
+
+// shareOf returns what a key of policy p is held to while the breaker is
+// open: WithFallback's limit, else p's limit divided by the live
+// instances.
+func (l *limiter) shareOf(p *policy) tierlimit.Limit {
+	if p == l.def || l.cfg.fallback != nil {
+		return *l.share.Load()
+	}
+	return share(p.base, l.instances.Load())
+}
