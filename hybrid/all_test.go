@@ -242,3 +242,25 @@ func TestPlanChangeOfABlockedKey(t *testing.T) {
 		t.Errorf("Allow after the new RetryAfter = %+v, %v; want allowed", r, err)
 	}
 }
+
+// TestAllowAllFallbackAboveShare: in an outage, a take above its key's
+// fallback share but within its limit is denied, as AllowN denies it, not
+// an error.
+func TestAllowAllFallbackAboveShare(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(10), WithFallback(tierlimit.PerSecond(3)))
+	e.outage()
+	for l.Stats().BreakerOpens == 0 {
+		if _, err := l.Allow(e.ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Add(2 * time.Second)
+	if r, err := l.AllowN(e.ctx, "b", 5); err != nil || r.Allowed {
+		t.Fatalf("AllowN(b, 5) from a fallback of burst 3 = %+v, %v; want a denial", r, err)
+	}
+	r, err := l.AllowAll(e.ctx, tierlimit.Take{Key: "b", N: 5}, tierlimit.Take{Key: "a", N: 1})
+	if err != nil || r.Allowed || r.Source != tierlimit.SourceFallback {
+		t.Fatalf("AllowAll(b 5, a 1) from fallbacks of burst 3 = %+v, %v; want a fallback denial", r, err)
+	}
+}

@@ -778,8 +778,8 @@ func TestGrantPaysDebtFirst(t *testing.T) {
 // TestFallbackBeyondMaxKeys: in an outage, keys that ristretto will not
 // hold (ten times WithMaxKeys) still get one fallback bucket each, not one
 // per decision, and the table follows about one dropped entry per key,
-// however many decisions; new debts stop at WithMaxKeys dropped entries
-// (the keys past that are denied); when Redis answers again, their debts are
+// however many decisions, AllowN's and AllowAll's; new debts stop at
+// WithMaxKeys dropped entries (the keys past that are denied); when Redis answers again, their debts are
 // charged and the table forgets them.
 func TestFallbackBeyondMaxKeys(t *testing.T) {
 	e := newEnv(t)
@@ -796,8 +796,15 @@ func TestFallbackBeyondMaxKeys(t *testing.T) {
 	for k := range keys {
 		key := "k" + strconv.Itoa(k)
 		admitted := 0
-		for range calls {
-			r, err := l.Allow(e.ctx, key)
+		for c := range calls {
+			// AllowN and AllowAll in turn: both decide on the fallback.
+			var r tierlimit.Result
+			var err error
+			if c%2 == 0 {
+				r, err = l.Allow(e.ctx, key)
+			} else {
+				r, err = l.AllowAll(e.ctx, tierlimit.Take{Key: key, N: 1})
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -581,3 +581,32 @@ func TestNewLoadsTheScript(t *testing.T) {
 		})
 	}
 }
+
+// TestFallbackAllocs checks that a decision of the fallback bucket, while
+// the breaker is open, allocates nothing once the key's bucket is made.
+func TestFallbackAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(10), WithFallback(tierlimit.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1 << 30}),
+		WithProbeInterval(time.Minute))
+	e.outage()
+	for l.Stats().BreakerOpens == 0 {
+		if _, err := l.Allow(e.ctx, "trip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _ := l.Allow(e.ctx, "k"); r.Source != tierlimit.SourceFallback {
+		t.Fatalf("Allow decided by %v, want the fallback", r.Source)
+	}
+	e.clock.Add(time.Second) // the key's bucket, made empty, fills
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r, err := l.Allow(e.ctx, "k"); err != nil || !r.Allowed || r.Source != tierlimit.SourceFallback {
+			t.Fatalf("Allow = %+v, %v; want a fallback admission", r, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("fallback path: %v allocations per decision, want 0", allocs)
+	}
+}

@@ -16,15 +16,11 @@ import (
 	"github.com/tierlimit/tierlimit/internal/xrate"
 )
 
-// missed decides a call whose claim failed or ran past the call budget.
-// Unless the breaker is closed that is an outage, which the failure mode
-// decides (fall). Otherwise Redis may only be slow, and in FailFallback mode
-// no fallback bucket mints tokens for it (G1): a lease that landed
-// meanwhile is spent, a key known to be blocked stays blocked, and
-// anything else is denied for a budget's time; the claim, if it lands, is
-// spent by the next callers.
+// missed decides a call of one key whose claim failed or ran past the call
+// budget: see merelySlow. A lease that landed meanwhile is spent first,
+// and a key known to be blocked stays blocked.
 func (l *limiter) missed(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
-	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
+	if !l.merelySlow() {
 		return l.fall(ctx, key, p, n)
 	}
 	if e, ok := l.lookup(key); ok {
@@ -35,24 +31,62 @@ func (l *limiter) missed(ctx context.Context, key string, p *policy, n int64) (t
 			return l.record(e.policy(), res, e.stripe), nil
 		}
 	}
+	return l.slowDenial(p)
+}
+
+// missedAll decides an AllowAll whose claim failed or ran past the call
+// budget: see merelySlow.
+func (l *limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
+	if !l.merelySlow() {
+		return l.fallAll(takes, pols)
+	}
+	return l.slowDenial(pols[0])
+}
+
+// merelySlow reports whether a claim that failed or ran past the call budget
+// leaves Redis merely slow: the breaker is closed, in FailFallback mode.
+// Otherwise that is an outage, which the failure mode decides (fall). While
+// Redis may only be slow no fallback bucket mints tokens for it (G1): the
+// call is denied (slowDenial); the claim, if it lands, is spent by the
+// next callers.
+func (l *limiter) merelySlow() bool {
+	return l.brk.current() == tierlimit.BreakerClosed && l.cfg.failureMode == FailFallback
+}
+
+// slowDenial denies a call under p for a budget's time, or returns the
+// misconfiguration that Redis's last word was.
+func (l *limiter) slowDenial(p *policy) (tierlimit.Result, error) {
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}
 	return l.record(p, p.denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
 }
 
-// fall decides while Redis cannot be reached: a lease still held is spent
-// first, then the failure mode decides, unless Redis's last word was a
-// misconfiguration: that is an error.
-func (l *limiter) fall(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
+// fall decides a call of one key while Redis cannot be reached: a lease
+// still held is spent first, then as fallAll.
+func (l *limiter) fall(_ context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
 	if e, ok := l.lookup(key); ok {
 		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
 			return res, nil
 		}
 	}
+	var one [1]tierlimit.Take
+	one[0] = tierlimit.Take{Key: key, N: n}
+	return l.fallAll(one[:], []*policy{p})
+}
+
+// fallAll decides takes while Redis cannot be reached (their leases were
+// tried first): unless Redis's last word was a misconfiguration, which is
+// an error, the failure mode decides, and in FailFallback mode the keys'
+// fallback buckets, all or nothing. A take above its key's share is
+// denied, as one bucket of the share would deny it; a key whose entry the
+// table could not follow is denied (see follows). The first take's policy
+// is the Result's when no bucket decides.
+func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
 	if err := l.misconfig.Load(); err != nil {
 		return tierlimit.Result{}, *err
 	}
+	p := pols[0]
 	switch l.cfg.failureMode {
 	case FailOpen:
 		return l.record(p, tierlimit.Result{Allowed: true, Limit: p.limit, Source: tierlimit.SourceFallback}, 0), nil
@@ -60,24 +94,69 @@ func (l *limiter) fall(ctx context.Context, key string, p *policy, n int64) (tie
 		return l.record(p, p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
 	}
 	now := l.cfg.clock.Now()
-	e := l.entry(key, p)
-	if e.owed.Load() == 0 && l.keys.droppedLen() >= l.cfg.maxKeys {
-		// The table follows WithMaxKeys dropped entries already: it cannot
-		// follow one more debt (G6), and a bucket forgotten at every call
-		// would admit without bound (G1). Deny, as a key known to be
-		// blocked is.
-		return l.record(p, p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), e.stripe), nil
+	// The buckets are locked in key order, so that AllowAlls sharing keys
+	// cannot each hold one the other waits for. One key's (AllowN's) needs
+	// no allocation.
+	var (
+		oneEntry [1]*entry
+		oneTake  [1]xrate.Take
+	)
+	entries, fbs := oneEntry[:0], oneTake[:0]
+	if len(takes) > 1 {
+		entries, fbs = make([]*entry, 0, len(takes)), make([]xrate.Take, 0, len(takes))
 	}
-	fb := l.fallbackOf(e, now)
-	res := fb.lim.Decide(now, n)
+	for i, t := range takes {
+		e := l.entry(t.Key, pols[i])
+		if !l.follows(e) {
+			return l.record(e.policy(), p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), e.stripe), nil
+		}
+		fb := l.fallbackOf(e, now).lim
+		if lim := fb.Limit(); t.N > lim.Capacity() {
+			res := fb.Decide(now, t.N) // a denial that takes nothing
+			res.Source = tierlimit.SourceFallback
+			return l.record(e.policy(), res, e.stripe), nil
+		}
+		entries = append(entries, e)
+		fbs = append(fbs, xrate.Take{Bucket: fb, Limit: fb.Limit(), N: t.N})
+	}
+	if len(takes) > 1 {
+		order := make([]int, len(takes))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(takes[a].Key, takes[b].Key) })
+		sorted := make([]xrate.Take, len(fbs))
+		for k, i := range order {
+			sorted[k] = fbs[i]
+		}
+		fbs = sorted
+	}
+	res, err := xrate.DecideAll(now, fbs)
+	if err != nil {
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
+	}
 	res.Source = tierlimit.SourceFallback
 	if res.Allowed {
-		e.owed.Add(n)
-		if e.evicted.Load() {
-			l.keys.keep(e) // after the Add: see table.forget
+		for i, e := range entries {
+			e.owed.Add(takes[i].N)
+			if e.evicted.Load() {
+				l.keys.keep(e) // after the Add: see table.forget
+			}
 		}
 	}
-	return l.record(e.policy(), res, e.stripe), nil
+	if len(takes) == 1 {
+		return l.record(entries[0].policy(), res, entries[0].stripe), nil
+	}
+	return l.record(p, res, 0), nil
+}
+
+// follows reports whether the table can follow e's debt if its fallback
+// admits: e owes already, or the table follows fewer than WithMaxKeys
+// dropped entries. Otherwise it cannot follow one more debt (G6), and a
+// bucket forgotten at every call would admit without bound (G1): the key
+// is denied, as a key known to be blocked is.
+func (l *limiter) follows(e *entry) bool {
+	return e.owed.Load() > 0 || l.keys.droppedLen() < l.cfg.maxKeys
 }
 
 // fallback is a key's bucket while the breaker is open (mode FailFallback):
@@ -110,64 +189,6 @@ func (l *limiter) fallbackOf(e *entry, now time.Time) *fallback {
 		return fb
 	}
 	return e.fb.Load()
-}
-
-// missedAll decides an AllowAll whose claim failed or ran past the budget,
-// as missed does one key's: while the breaker is closed Redis may only be
-// slow, and no fallback mints tokens for it (G1).
-func (l *limiter) missedAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
-	if l.brk.current() != tierlimit.BreakerClosed || l.cfg.failureMode != FailFallback {
-		return l.fallAll(takes, pols)
-	}
-	if err := l.misconfig.Load(); err != nil {
-		return tierlimit.Result{}, *err
-	}
-	return l.record(pols[0], pols[0].denial(l.cfg.callBudget, tierlimit.SourceFallback), 0), nil
-}
-
-// fallAll decides an AllowAll while Redis cannot be reached: the failure
-// mode decides, and in FailFallback mode the keys' fallback buckets, all or
-// nothing (the leases were tried first).
-func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Result, error) {
-	if err := l.misconfig.Load(); err != nil {
-		return tierlimit.Result{}, *err
-	}
-	switch l.cfg.failureMode {
-	case FailOpen:
-		return l.record(pols[0], tierlimit.Result{Allowed: true, Limit: pols[0].limit, Source: tierlimit.SourceFallback}, 0), nil
-	case FailClosed:
-		return l.record(pols[0], pols[0].denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
-	}
-	now := l.cfg.clock.Now()
-	// The buckets are locked in key order, so that AllowAlls sharing keys
-	// cannot each hold one the other waits for.
-	order := make([]int, len(takes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(takes[a].Key, takes[b].Key) })
-	entries := make([]*entry, len(takes))
-	fbs := make([]xrate.Take, len(takes))
-	for k, i := range order {
-		e := l.entry(takes[i].Key, pols[i])
-		entries[k] = e
-		fb := l.fallbackOf(e, now).lim
-		fbs[k] = xrate.Take{Bucket: fb, Limit: fb.Limit(), N: takes[i].N}
-	}
-	res, err := xrate.DecideAll(now, fbs)
-	if err != nil {
-		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
-	}
-	res.Source = tierlimit.SourceFallback
-	if res.Allowed {
-		for k, e := range entries {
-			e.owed.Add(fbs[k].N)
-			if e.evicted.Load() {
-				l.keys.keep(e) // after the Add: see table.forget
-			}
-		}
-	}
-	return l.record(pols[0], res, 0), nil
 }
 
 // chargeBack debits from Redis what fallback decisions admitted in an
