@@ -22,7 +22,8 @@ import (
 // A call over timeout is counted as failed in Stats and reported to the
 // observer then, but the breaker learns of it only once Redis has been
 // silent for longer than it has lately taken to answer (latency.stall):
-// silent since its last answer to any call, or since the call began if
+// silent since its last answer to any call of this process's limiters on
+// that server (heard), or since the call began if
 // that is later. A Redis that answers slowly, or a process too busy to
 // read its answers in time, is not an outage, and opening the breaker
 // there would let the fallback admit beside the leases (G1). A silent
@@ -123,8 +124,8 @@ func (l *limiter) run(op string, timeout time.Duration, done func(error), stalle
 	return tierlimit.RedisCall{Op: op, Latency: took, Err: err}, err
 }
 
-// lastAnswer returns when Redis last answered a call of l, or since if
-// that is later.
+// lastAnswer returns when Redis last answered a call of this process's
+// limiters (see heard), or since if that is later.
 func (l *limiter) lastAnswer(since time.Time) time.Time {
 	if at := time.Unix(0, l.answered.Load()); at.After(since) {
 		return at

@@ -45,9 +45,9 @@ type limiter struct {
 	keys     *table
 	share    atomic.Pointer[tierlimit.Limit] // what each key is held to while the breaker is open
 	brk      *breaker
-	rtt      latency      // of Redis's answers: when a slow call counts as failed
-	answered atomic.Int64 // ns: when Redis last answered a call
-	inline   bool         // claims run on the caller's goroutine: rdb honours deadlines
+	rtt      latency       // of Redis's answers: when a slow call counts as failed
+	answered *atomic.Int64 // ns: when Redis last answered a call of this process (heard)
+	inline   bool          // claims run on the caller's goroutine: rdb honours deadlines
 	flights  singleflight.Group
 
 	// The clock of the entries' instants (now): the monotonic time since
@@ -165,18 +165,19 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
 	l := &limiter{
-		limit:   limit,
-		def:     def,
-		pols:    policies{byLimit: map[tierlimit.Limit]*policy{}},
-		cfg:     cfg,
-		rdb:     rdb,
-		bucket:  bucket,
-		refills: make(chan *entry, 1024),
-		done:    make(chan struct{}),
-		inline:  honoursDeadlines(rdb),
-		start:   time.Now(),
-		id:      instanceID(),
-		fleet:   store.FleetKey(cfg.prefix, limit),
+		limit:    limit,
+		def:      def,
+		pols:     policies{byLimit: map[tierlimit.Limit]*policy{}},
+		cfg:      cfg,
+		rdb:      rdb,
+		bucket:   bucket,
+		refills:  make(chan *entry, 1024),
+		done:     make(chan struct{}),
+		inline:   honoursDeadlines(rdb),
+		start:    time.Now(),
+		id:       instanceID(),
+		fleet:    store.FleetKey(cfg.prefix, limit),
+		answered: heard(rdb),
 	}
 	l.instances.Store(1)
 	_, l.mono = cfg.clock.(tierlimit.SystemClock)

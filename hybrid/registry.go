@@ -1,8 +1,9 @@
 package hybrid
 
-// The live Limiters of this process, by Redis server and prefix: two whose
-// limits differ would share buckets (their keys are the same), each
-// rewriting the other's state under its own limit.
+// What the limiters of this process share: the live ones by Redis server
+// and prefix (two whose limits differ would share buckets, their keys
+// being the same, each rewriting the other's state under its own limit),
+// and when each server last answered any of them.
 
 import (
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -48,6 +50,26 @@ func register(l *limiter) error {
 	return nil
 }
 
+// answers holds, per server as serverOf names it, when it last answered a
+// call of any limiter of this process (ns): Redis is silent only if none
+// of them heard from it. Two limiters on one server (a process with a
+// request limiter and a token limiter, or a test's simulated fleet) then
+// share what they know: a call that ran long while the other's calls were
+// answered is slow, not an outage (see call). It keeps one clock per
+// server the process used, for its life.
+var answers sync.Map // string -> *atomic.Int64
+
+// heard returns the clock of rdb's server's last answer (see answers); a
+// clock of its own for a client of a kind serverOf cannot name.
+func heard(rdb redis.UniversalClient) *atomic.Int64 {
+	server, named := serverName(rdb)
+	if !named {
+		return new(atomic.Int64)
+	}
+	c, _ := answers.LoadOrStore(server, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
 // unregister forgets l (Close).
 func unregister(l *limiter) {
 	at := place{serverOf(l.rdb), l.cfg.prefix}
@@ -72,16 +94,23 @@ func limitsOf(l *limiter) string {
 // serverOf names the Redis server behind rdb: its address and database,
 // the sorted addresses of a cluster or ring, else the client itself.
 func serverOf(rdb redis.UniversalClient) string {
+	name, _ := serverName(rdb)
+	return name
+}
+
+// serverName is serverOf, and whether it named a server rather than the
+// client.
+func serverName(rdb redis.UniversalClient) (string, bool) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		o := c.Options()
-		return fmt.Sprintf("%s db %d", o.Addr, o.DB)
+		return fmt.Sprintf("%s db %d", o.Addr, o.DB), true
 	case *redis.ClusterClient:
 		addrs := slices.Clone(c.Options().Addrs)
 		slices.Sort(addrs)
-		return strings.Join(addrs, ",")
+		return strings.Join(addrs, ","), true
 	case *redis.Ring:
-		return strings.Join(slices.Sorted(maps.Keys(c.Options().Addrs)), ",")
+		return strings.Join(slices.Sorted(maps.Keys(c.Options().Addrs)), ","), true
 	}
-	return fmt.Sprintf("client %p", rdb)
+	return fmt.Sprintf("client %p", rdb), false
 }

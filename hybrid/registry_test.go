@@ -3,6 +3,7 @@ package hybrid
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -57,5 +58,34 @@ func TestTwoLimitsOnOnePrefix(t *testing.T) {
 		t.Errorf("New after the first limiter closed = %v, want nil", err)
 	} else {
 		tokens.Close()
+	}
+}
+
+// TestAnswersShared: the limiters of a process on one server, through any
+// client, share when it last answered (heard): a call that runs long while
+// the server answers another limiter's calls is slow, not an outage. A
+// limiter on another server has its own.
+func TestAnswersShared(t *testing.T) {
+	e := newEnv(t)
+	a := e.limiter(t, tierlimit.PerSecond(100))
+	other := redis.NewClient(&redis.Options{Addr: e.m.Addr()})
+	defer other.Close()
+	b, err := New(other, tierlimit.PerSecond(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := newEnv(t).limiter(t, tierlimit.PerSecond(100))
+	if a.answered != b.answered {
+		t.Error("two limiters on one server keep two clocks of its answers, want one")
+	}
+	if a.answered == c.answered {
+		t.Error("limiters on two servers share a clock of their answers, want one each")
+	}
+	if _, err := a.Allow(e.ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.lastAnswer(time.Time{}); got.IsZero() || time.Since(got) > time.Second {
+		t.Errorf("b's last answer after a's call = %v, want within a second", got)
 	}
 }
