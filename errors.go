@@ -2,7 +2,6 @@ package tierlimit
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -86,16 +85,4 @@ var misconfigPrefixes = []string{
 	"ERR unknown command ", "ERR unknown subcommand ",
 	"READONLY ",
 	"OOM ",
-}
-
-// CheckKey reports whether key is acceptable: non-empty and at most
-// MaxKeyLen bytes. Any bytes are allowed. Its error wraps ErrInvalidKey.
-func CheckKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
 }

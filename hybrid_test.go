@@ -639,9 +639,11 @@ func TestMemoryBounded(t *testing.T) {
 	}
 	wg.Wait()
 	grew := int64(peak.Load()) - int64(before)
-	bound := int64(maxKeys)*hybrid.BytesPerKey + hybrid.BaseBytes
+	// hybrid.WithMaxKeys's bound: n × 1 KiB + 8 MiB.
+	const bytesPerKey, baseBytes = 1024, 8 << 20
+	bound := int64(maxKeys)*bytesPerKey + baseBytes
 	t.Logf("%d keys: live heap grew at most %d bytes (bound %d = %d keys × %d + %d); at most %d goroutines; %+v",
-		keys, grew, bound, maxKeys, hybrid.BytesPerKey, hybrid.BaseBytes, peakGoroutines.Load(), l.Stats())
+		keys, grew, bound, maxKeys, bytesPerKey, baseBytes, peakGoroutines.Load(), l.Stats())
 	if grew > bound {
 		t.Errorf("G6: heap grew %d bytes > bound %d", grew, bound)
 	}

@@ -2,8 +2,6 @@ package tierlimit
 
 import (
 	"errors"
-	"fmt"
-	"math"
 )
 
 // LimitFunc returns the Limit of a key, for limiters that serve keys of
@@ -40,39 +38,3 @@ var ErrWaitDeadline = errors.New("tierlimit: wait would exceed the context's dea
 
 // MaxTakes bounds the number of distinct keys one AllowAll decides.
 const MaxTakes = 64
-
-// MergeTakes checks takes for AllowAll and returns them with the takes of
-// one key added up into one, in the order each key first appears. It
-// returns an error wrapping ErrInvalidKey for a bad key, and ErrInvalidCost
-// for no takes, a negative N, a sum that overflows, or more than MaxTakes
-// distinct keys. It does not check a cost against a key's limit.
-func MergeTakes(takes []Take) ([]Take, error) {
-	if len(takes) == 0 {
-		return nil, fmt.Errorf("%w: AllowAll of no takes", ErrInvalidCost)
-	}
-	out := make([]Take, 0, len(takes))
-	for _, t := range takes {
-		if err := CheckKey(t.Key); err != nil {
-			return nil, err
-		}
-		if t.N < 0 {
-			return nil, fmt.Errorf("%w: take of %d for key %q", ErrInvalidCost, t.N, t.Key)
-		}
-		i := 0
-		for i < len(out) && out[i].Key != t.Key {
-			i++
-		}
-		if i == len(out) {
-			if len(out) == MaxTakes {
-				return nil, fmt.Errorf("%w: AllowAll of more than %d keys", ErrInvalidCost, MaxTakes)
-			}
-			out = append(out, t)
-			continue
-		}
-		if out[i].N > math.MaxInt64-t.N {
-			return nil, fmt.Errorf("%w: takes for key %q add up past 2^63", ErrInvalidCost, t.Key)
-		}
-		out[i].N += t.N
-	}
-	return out, nil
-}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // fakeLimiter admits Capacity events per key, ever, and reports fixed
@@ -40,7 +41,7 @@ func (f *fakeLimiter) AllowN(_ context.Context, key string, n int64) (tierlimit.
 	if f.err != nil {
 		return tierlimit.Result{}, f.err
 	}
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return tierlimit.Result{}, err
 	}
 	limit := f.limit

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // AllowAll decides several takes at once, all or nothing: it admits only if
@@ -42,7 +43,7 @@ func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 }
 
 func (l *limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlimit.Result, error) {
-	takes, err := tierlimit.MergeTakes(takes)
+	takes, err := check.Takes(takes)
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
 	}

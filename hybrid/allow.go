@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // Allow is shorthand for AllowN(ctx, key, 1).
@@ -93,7 +94,7 @@ func (l *limiter) check(ctx context.Context, key string, n int64) error {
 	if l.keys.gate.Closed() {
 		return tierlimit.ErrClosed
 	}
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return err
 	}
 	if n < 0 || l.cfg.limitFunc == nil && n > l.def.capacity {

@@ -30,14 +30,6 @@ const (
 	DefaultLeaseShare = 10
 )
 
-// Memory: a Limiter's live heap stays below MaxKeys × BytesPerKey +
-// BaseBytes, whatever number of distinct keys it sees (ristretto's entries
-// and counters, the entries themselves and their keys up to 64 bytes).
-const (
-	BytesPerKey = 1024
-	BaseBytes   = 8 << 20
-)
-
 // Clock tells the time. WithClock injects one; tests step it. It is
 // tierlimit.Clock.
 type Clock = tierlimit.Clock
@@ -201,7 +193,8 @@ const maxMaxKeys = 1 << 24
 // New allocates about 96 bytes per key of the bound up front (ristretto's
 // admission counters, for the leases and for the fallback), and a front
 // table of 32 bytes per key, at most 512 KiB: memory is bounded whatever
-// number of distinct keys arrives.
+// number of distinct keys arrives. The live heap stays below n × 1 KiB +
+// 8 MiB (keys up to 64 bytes).
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 || n > maxMaxKeys {

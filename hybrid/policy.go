@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -192,7 +193,7 @@ func (l *limiter) reask(e *entry, now int64) (ok bool) {
 // decisions do. Its error wraps tierlimit.ErrInvalidKey for a bad key and
 // tierlimit.ErrInvalidLimit for an answer that is not a valid limit.
 func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return tierlimit.Limit{}, err
 	}
 	p, err := l.policyFor(key)

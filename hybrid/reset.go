@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // Reset forgets key in Redis and in process: it is back to full capacity.
@@ -21,7 +22,7 @@ import (
 // when Redis failed the call: the key may then still be reset, once Redis
 // runs the call it was sent.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/gate"
 	"github.com/tierlimit/tierlimit/internal/wait"
@@ -237,7 +238,7 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 }
 
 func (l *Limiter) allowN(key string, n int64) (tierlimit.Result, error) {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return tierlimit.Result{}, err
 	}
 	if l.gate.Closed() {
@@ -265,7 +266,7 @@ func (l *Limiter) allowN(key string, n int64) (tierlimit.Result, error) {
 // Reset forgets key: its next call starts with a full bucket. It returns
 // tierlimit.ErrClosed after Close.
 func (l *Limiter) Reset(_ context.Context, key string) error {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return err
 	}
 	h := xxhash.Sum64String(key)

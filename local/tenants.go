@@ -8,6 +8,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/xrate"
 )
 
@@ -51,7 +52,7 @@ func (l *Limiter) limitOf(key string) tierlimit.Limit {
 // tierlimit.ErrInvalidLimit for an answer that is neither Blocked nor
 // valid. It asks the function, and nothing else: it changes nothing.
 func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return tierlimit.Limit{}, err
 	}
 	limit := l.limitOf(key)
@@ -84,7 +85,7 @@ func keyError(key string, err error) error {
 
 // AllowAll decides takes together, each key at its own limit: it takes
 // every take's N only if every key holds it, and charges no key otherwise.
-// Takes of one key are added up (tierlimit.MergeTakes). The Result is the
+// Takes of one key are added up. The Result is the
 // most restrictive take's: on a denial, that of the largest RetryAfter
 // (after it, the same call can succeed); on an admission, that of the
 // smallest Remaining. A take of a key WithLimitFunc's function blocks
@@ -109,7 +110,7 @@ func (l *Limiter) AllowAll(_ context.Context, takes ...tierlimit.Take) (tierlimi
 }
 
 func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
-	merged, err := tierlimit.MergeTakes(takes)
+	merged, err := check.Takes(takes)
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("local: %w", err)
 	}
@@ -167,7 +168,7 @@ func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 // refused before any wait, as AllowN refuses it; after Close (waiters
 // included) it returns tierlimit.ErrClosed.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return tierlimit.Result{}, err
 	}
 	if l.gate.Closed() {
@@ -210,7 +211,7 @@ func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (ti
 }
 
 func (l *Limiter) settle(key string, charged, used int64) (tierlimit.Result, error) {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return tierlimit.Result{}, err
 	}
 	h := xxhash.Sum64String(key)

@@ -53,9 +53,10 @@ func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // constructor's, and every WithLimits) only if every one admits it. A
 // refused call charges no key. The Result is the most restrictive take's:
 // on admission the smallest Remaining, on denial the largest RetryAfter
-// (of the slot that refused, in a Cluster). Duplicate keys add up
-// (tierlimit.MergeTakes); a take above its key's capacity is
-// tierlimit.ErrInvalidCost, a bad key tierlimit.ErrInvalidKey, a bad
+// (of the slot that refused, in a Cluster). Duplicate keys add up. No
+// takes, more than tierlimit.MaxTakes keys, a negative N or a take above
+// its key's capacity is tierlimit.ErrInvalidCost, a bad key
+// tierlimit.ErrInvalidKey, a bad
 // WithLimitFunc answer tierlimit.ErrInvalidLimit, all before any call. A
 // take of a key the WithLimitFunc function blocks (tierlimit.Blocked)
 // denies the whole call, without a call to Redis: no key is charged.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/xrate"
@@ -72,8 +73,8 @@ func parseInspect(args []string, stdout io.Writer) (inspectConfig, error) {
 		return c, usagef("missing KEY")
 	case fs.NArg() > 0:
 		return c, usagef("one KEY only, got another: %q", fs.Arg(0))
-	case tierlimit.CheckKey(c.key) != nil:
-		return c, usagef("KEY: %v", tierlimit.CheckKey(c.key))
+	case check.Key(c.key) != nil:
+		return c, usagef("KEY: %v", check.Key(c.key))
 	}
 	if *rate != 0 {
 		l := tierlimit.Limit{Rate: *rate, Period: *period, Burst: *burst}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // errLedger is returned by AllowAll and Settle of a Limiter with a lease
@@ -51,7 +52,7 @@ func (g *group) args(l *Limiter, mode string, sign int64) []any {
 // The Result is the most restrictive entry's: on admission the smallest
 // Remaining, on denial the largest RetryAfter of the call that refused.
 // It returns an error wrapping tierlimit.ErrInvalidKey or ErrInvalidCost
-// (tierlimit.MergeTakes, or a take above its key's capacity) before any
+// (check.Takes, or a take above its key's capacity) before any
 // call. A take of a key Config.LimitFunc blocks denies the call
 // (blockedResult) without any call: no key is charged.
 //
@@ -113,7 +114,7 @@ func fold(res, r tierlimit.Result) tierlimit.Result {
 // slot order, and the sum of their costs. It returns no groups (and no
 // error) when a take's key is blocked (blockedPlan): no call is to be made.
 func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
-	merged, err := tierlimit.MergeTakes(takes)
+	merged, err := check.Takes(takes)
 	if err != nil {
 		return nil, 0, fmt.Errorf("remote: %w", err)
 	}

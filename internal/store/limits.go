@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // Per-key limits: a key is decided under a plan, its limits by position
@@ -33,7 +34,7 @@ func (l *Limiter) newPlan(limits []tierlimit.Limit) *plan {
 
 // check validates a key and a cost under p.
 func (p *plan) check(key string, n int64) error {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return err
 	}
 	return p.checkCost(n)
@@ -135,7 +136,7 @@ func (c *planCache) put(lim tierlimit.Limit, p *plan) {
 // a bad key and tierlimit.ErrInvalidLimit for an answer that is neither
 // Blocked nor valid for the algorithm. It makes no call.
 func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return tierlimit.Limit{}, err
 	}
 	p, err := l.planOf(key)

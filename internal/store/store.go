@@ -11,11 +11,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/tierlimit/tierlimit/internal/logline"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/logline"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
@@ -138,7 +140,7 @@ func KeysOf(alg *Algorithm, limit tierlimit.Limit, cfg Config, key string) ([]st
 	if err != nil {
 		return nil, err
 	}
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return nil, err
 	}
 	return l.Keys(key), nil
@@ -342,7 +344,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 
 // Reset forgets key's state under every limit: the key is back to full capacity.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if err := tierlimit.CheckKey(key); err != nil {
+	if err := check.Key(key); err != nil {
 		return err
 	}
 	start := l.start()

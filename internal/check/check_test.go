@@ -1,0 +1,58 @@
+package check
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/tierlimit/tierlimit"
+)
+
+func TestKey(t *testing.T) {
+	long := string(make([]byte, tierlimit.MaxKeyLen+1))
+	for _, c := range []struct {
+		key  string
+		want error
+	}{
+		{"", tierlimit.ErrInvalidKey},
+		{long, tierlimit.ErrInvalidKey},
+		{long[1:], nil},
+		{"k", nil},
+		{"\x00{}:;", nil}, // any bytes
+	} {
+		if err := Key(c.key); !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("Key(%d bytes) = %v, want %v", len(c.key), err, c.want)
+		}
+	}
+}
+
+func TestTakes(t *testing.T) {
+	many := make([]tierlimit.Take, tierlimit.MaxTakes+1)
+	for i := range many {
+		many[i] = tierlimit.Take{Key: "k" + strconv.Itoa(i), N: 1}
+	}
+	for _, c := range []struct {
+		name  string
+		takes []tierlimit.Take
+		want  []tierlimit.Take
+		err   error
+	}{
+		{"one", []tierlimit.Take{{Key: "a", N: 2}}, []tierlimit.Take{{Key: "a", N: 2}}, nil},
+		{"merged in first-seen order", []tierlimit.Take{{Key: "b", N: 1}, {Key: "a", N: 2}, {Key: "b", N: 3}},
+			[]tierlimit.Take{{Key: "b", N: 4}, {Key: "a", N: 2}}, nil},
+		{"zero takes", []tierlimit.Take{{Key: "a", N: 0}}, []tierlimit.Take{{Key: "a", N: 0}}, nil},
+		{"most keys", many[:tierlimit.MaxTakes], many[:tierlimit.MaxTakes], nil},
+		{"none", nil, nil, tierlimit.ErrInvalidCost},
+		{"empty key", []tierlimit.Take{{Key: "a", N: 1}, {Key: "", N: 1}}, nil, tierlimit.ErrInvalidKey},
+		{"negative", []tierlimit.Take{{Key: "a", N: -1}}, nil, tierlimit.ErrInvalidCost},
+		{"overflow", []tierlimit.Take{{Key: "a", N: math.MaxInt64}, {Key: "a", N: 1}}, nil, tierlimit.ErrInvalidCost},
+		{"too many keys", many, nil, tierlimit.ErrInvalidCost},
+	} {
+		got, err := Takes(c.takes)
+		if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) || !slices.Equal(got, c.want) {
+			t.Errorf("%s: Takes = %v, %v; want %v, %v", c.name, got, err, c.want, c.err)
+		}
+	}
+}
