@@ -90,7 +90,7 @@ type config struct {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: grpclimit: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("grpclimit: %w: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
 }
 
 // checkPolicy reports whether name may name a policy (chain.CheckPolicy).

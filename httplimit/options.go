@@ -82,7 +82,7 @@ type config struct {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: httplimit: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("httplimit: %w: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
 }
 
 // checkPolicy reports whether name may name a policy (chain.CheckPolicy).

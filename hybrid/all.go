@@ -32,14 +32,17 @@ import (
 func (l *Limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
 	start := time.Now()
 	res, err := l.allowAll(ctx, takes)
-	if err == nil && l.onDecision != nil {
+	if err != nil {
+		return res, named(err)
+	}
+	if l.onDecision != nil {
 		var n int64
 		for _, t := range takes {
 			n += t.N
 		}
 		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: time.Since(start), Limit: res.Limit})
 	}
-	return res, err
+	return res, nil
 }
 
 func (l *limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlimit.Result, error) {

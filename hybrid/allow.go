@@ -26,12 +26,20 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // misconfiguration: from the first such reply until a call succeeds again,
 // AllowN returns an error wrapping tierlimit.ErrMisconfigured instead of
 // deciding on its fallback.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (res tierlimit.Result, err error) {
 	if l.onDecision != nil {
-		return l.observed(ctx, key, n)
+		res, err = l.observed(ctx, key, n)
+	} else {
+		res, err = l.decide(ctx, key, n)
 	}
-	return l.decide(ctx, key, n)
+	if err != nil {
+		return res, named(err)
+	}
+	return res, nil
 }
+
+// named returns err as hybrid's callers see it (check.Named).
+func named(err error) error { return check.Named("hybrid", err) }
 
 // observed decides and reports the decision to the observer. A decision
 // made in process (a lease, a known-blocked key) is reported with Latency
@@ -98,7 +106,7 @@ func (l *limiter) check(ctx context.Context, key string, n int64) error {
 		return err
 	}
 	if n < 0 || l.cfg.limitFunc == nil && n > l.def.capacity {
-		return fmt.Errorf("%w: hybrid: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.def.capacity)
+		return fmt.Errorf("hybrid: %w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.def.capacity)
 	}
 	return ctx.Err()
 }

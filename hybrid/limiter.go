@@ -140,7 +140,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 			return nil, invalid("nil option")
 		}
 		if err := o.apply(&cfg); err != nil {
-			return nil, err
+			return nil, named(err)
 		}
 	}
 	if err := limit.Validate(); err != nil {

@@ -77,7 +77,7 @@ func defaults() config {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: hybrid: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("hybrid: %w: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
 }
 
 // WithLimits adds limits that every key is held to as well, as

@@ -104,7 +104,7 @@ func (l *limiter) checkPolicy(key string, n int64) (*policy, error) {
 		return nil, err
 	}
 	if p != l.def && !p.blocked && (n < 0 || n > p.capacity) {
-		return nil, fmt.Errorf("%w: hybrid: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
+		return nil, fmt.Errorf("hybrid: %w: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
 	}
 	return p, nil
 }
@@ -194,11 +194,11 @@ func (l *limiter) reask(e *entry, now int64) (ok bool) {
 // tierlimit.ErrInvalidLimit for an answer that is not a valid limit.
 func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
 	if err := check.Key(key); err != nil {
-		return tierlimit.Limit{}, err
+		return tierlimit.Limit{}, named(err)
 	}
 	p, err := l.policyFor(key)
 	if err != nil {
-		return tierlimit.Limit{}, err
+		return tierlimit.Limit{}, named(err)
 	}
 	return p.limit, nil
 }

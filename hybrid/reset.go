@@ -23,7 +23,7 @@ import (
 // runs the call it was sent.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := check.Key(key); err != nil {
-		return err
+		return named(err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -38,7 +38,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		err    error
 	)
 	if l.detachKey(ctx, h, answerWait, func() { err = l.reset(ctx, key, h, &gaveUp) }) {
-		return err // written before detach saw the work end
+		return named(err) // written before detach saw the work end
 	}
 	gaveUp.Store(true)
 	if err := ctx.Err(); err != nil {

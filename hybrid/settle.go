@@ -35,10 +35,13 @@ import (
 // are.
 func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	res, err := l.settle(ctx, key, charged, used)
-	if err == nil && used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
+	if err != nil {
+		return res, named(err)
+	}
+	if used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
 		l.onGiveBack(tierlimit.GiveBack{Source: res.Source, N: charged, Limit: res.Limit})
 	}
-	return res, err
+	return res, nil
 }
 
 // settle is Settle, but for the observer.
@@ -55,7 +58,7 @@ func (l *limiter) settle(ctx context.Context, key string, charged, used int64) (
 	}
 	capacity := p.capacity
 	if charged < 0 || used < 0 || charged > capacity || used > capacity {
-		return tierlimit.Result{}, fmt.Errorf("%w: hybrid: settle of %d charged, %d used: each must be between 0 and %d",
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: settle of %d charged, %d used: each must be between 0 and %d",
 			tierlimit.ErrInvalidCost, charged, used, capacity)
 	}
 	h := keyHash(key)

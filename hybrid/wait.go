@@ -17,7 +17,8 @@ import (
 // AllowN's errors.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := l.check(ctx, key, n); err != nil {
-		return tierlimit.Result{}, err
+		return tierlimit.Result{}, named(err)
 	}
-	return l.waits.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
+	res, err := l.waits.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
+	return res, named(err)
 }

@@ -69,7 +69,7 @@ type config struct {
 func WithObserver(o *tierlimit.Observer) Option {
 	return optionFunc(func(c *config) error {
 		if o == nil {
-			return fmt.Errorf("%w: local: nil observer", tierlimit.ErrInvalidOption)
+			return fmt.Errorf("local: %w: nil observer", tierlimit.ErrInvalidOption)
 		}
 		c.observer = o
 		return nil
@@ -87,7 +87,7 @@ const maxMaxKeys = 1 << 24
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 || n > maxMaxKeys {
-			return fmt.Errorf("%w: local: max keys %d must be between 1 and %d", tierlimit.ErrInvalidOption, n, maxMaxKeys)
+			return fmt.Errorf("local: %w: max keys %d must be between 1 and %d", tierlimit.ErrInvalidOption, n, maxMaxKeys)
 		}
 		c.maxKeys = n
 		return nil
@@ -98,7 +98,7 @@ func WithMaxKeys(n int64) Option {
 func WithClock(clock Clock) Option {
 	return optionFunc(func(c *config) error {
 		if clock == nil {
-			return fmt.Errorf("%w: local: nil clock", tierlimit.ErrInvalidOption)
+			return fmt.Errorf("local: %w: nil clock", tierlimit.ErrInvalidOption)
 		}
 		c.clock = clock
 		return nil
@@ -141,10 +141,10 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	cfg := config{maxKeys: DefaultMaxKeys, clock: tierlimit.SystemClock{}}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: local: nil option", tierlimit.ErrInvalidOption)
+			return nil, fmt.Errorf("local: %w: nil option", tierlimit.ErrInvalidOption)
 		}
 		if err := o.apply(&cfg); err != nil {
-			return nil, err
+			return nil, named(err)
 		}
 	}
 	cache, err := ristretto.NewCache(&ristretto.Config[string, *entry]{
@@ -155,7 +155,7 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 		OnExit:             gone, // evicted, refused or deleted
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: local: %v", tierlimit.ErrInvalidOption, err)
+		return nil, fmt.Errorf("local: %w: %v", tierlimit.ErrInvalidOption, err)
 	}
 	l := &Limiter{limitFunc: cfg.limitFunc, clock: cfg.clock, cache: cache, hot: front.New[entry](cfg.maxKeys), start: time.Now()}
 	_, l.mono = cfg.clock.(tierlimit.SystemClock)
@@ -231,11 +231,17 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // (tierlimit.Blocked) is denied, n == 0 too, and not charged.
 func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Result, error) {
 	res, err := l.allowN(key, n)
-	if err == nil && l.onDecision != nil {
+	if err != nil {
+		return res, named(err)
+	}
+	if l.onDecision != nil {
 		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Limit: res.Limit})
 	}
-	return res, err
+	return res, nil
 }
+
+// named returns err as local's callers see it (check.Named).
+func named(err error) error { return check.Named("local", err) }
 
 func (l *Limiter) allowN(key string, n int64) (tierlimit.Result, error) {
 	if err := check.Key(key); err != nil {
@@ -267,7 +273,7 @@ func (l *Limiter) allowN(key string, n int64) (tierlimit.Result, error) {
 // tierlimit.ErrClosed after Close.
 func (l *Limiter) Reset(_ context.Context, key string) error {
 	if err := check.Key(key); err != nil {
-		return err
+		return named(err)
 	}
 	h := xxhash.Sum64String(key)
 	if !l.gate.Enter(h) {

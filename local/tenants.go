@@ -26,7 +26,7 @@ import (
 func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	return optionFunc(func(c *config) error {
 		if f == nil {
-			return fmt.Errorf("%w: local: nil limit func", tierlimit.ErrInvalidOption)
+			return fmt.Errorf("local: %w: nil limit func", tierlimit.ErrInvalidOption)
 		}
 		c.limitFunc = f
 		return nil
@@ -53,7 +53,7 @@ func (l *Limiter) limitOf(key string) tierlimit.Limit {
 // valid. It asks the function, and nothing else: it changes nothing.
 func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
 	if err := check.Key(key); err != nil {
-		return tierlimit.Limit{}, err
+		return tierlimit.Limit{}, named(err)
 	}
 	limit := l.limitOf(key)
 	if limit == tierlimit.Blocked {
@@ -99,14 +99,17 @@ func keyError(key string, err error) error {
 // tierlimit.ErrClosed.
 func (l *Limiter) AllowAll(_ context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
 	res, err := l.allowAll(takes)
-	if err == nil && l.onDecision != nil {
+	if err != nil {
+		return res, named(err)
+	}
+	if l.onDecision != nil {
 		var n int64
 		for _, t := range takes {
 			n += t.N
 		}
 		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Limit: res.Limit})
 	}
-	return res, err
+	return res, nil
 }
 
 func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
@@ -169,7 +172,7 @@ func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 // included) it returns tierlimit.ErrClosed.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := check.Key(key); err != nil {
-		return tierlimit.Result{}, err
+		return tierlimit.Result{}, named(err)
 	}
 	if l.gate.Closed() {
 		return tierlimit.Result{}, tierlimit.ErrClosed
@@ -186,7 +189,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
-	return l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
+	res, err := l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.AllowN(ctx, key, n) })
+	return res, named(err)
 }
 
 // Settle corrects an earlier charge of key: charged events were taken and
@@ -204,7 +208,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // returns tierlimit.ErrClosed.
 func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	res, err := l.settle(key, charged, used)
-	if err == nil && used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
+	if err != nil {
+		return res, named(err)
+	}
+	if used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
 		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceLocal, N: charged, Limit: res.Limit})
 	}
 	return res, err

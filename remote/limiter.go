@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/wait"
 )
@@ -22,30 +23,37 @@ func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit
 	var cfg store.Config
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: remote: nil option", tierlimit.ErrInvalidOption)
+			return nil, fmt.Errorf("remote: %w: nil option", tierlimit.ErrInvalidOption)
 		}
 		if err := o.apply(&cfg); err != nil {
-			return nil, err
+			return nil, named(err)
 		}
 	}
 	s, err := store.New(rdb, alg, limit, cfg)
 	if err != nil {
-		return nil, err
+		return nil, named(err)
 	}
 	return &limiter{s: s}, nil
 }
+
+// named returns err as remote's callers see it (check.Named).
+func named(err error) error { return check.Named("remote", err) }
 
 // AllowN reports whether n events may happen now for key, and charges them
 // if so. n == 0 peeks: it charges nothing and is always allowed, with
 // Remaining telling what is left. A key WithLimitFunc's function blocks
 // (tierlimit.Blocked) is denied, peeks too, without a call to Redis.
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	return l.s.AllowN(ctx, key, n)
+	res, err := l.s.AllowN(ctx, key, n)
+	if err != nil {
+		return res, named(err)
+	}
+	return res, nil
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, error) {
-	return l.s.AllowN(ctx, key, 1)
+	return l.AllowN(ctx, key, 1)
 }
 
 // AllowAll decides several keys at once, all-or-nothing: each take's Key is
@@ -71,7 +79,8 @@ func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // Redis fails while giving back, the error says which keys were left
 // charged and by how much.
 func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
-	return l.s.AllowAll(ctx, takes...)
+	res, err := l.s.AllowAll(ctx, takes...)
+	return res, named(err)
 }
 
 // WaitN blocks until n events may happen for key, charges them and returns
@@ -85,9 +94,10 @@ func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 // AllowN's errors (bad input is reported before any wait).
 func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := l.s.Check(key, n); err != nil {
-		return tierlimit.Result{}, err
+		return tierlimit.Result{}, named(err)
 	}
-	return l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
+	res, err := l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
+	return res, named(err)
 }
 
 // Settle corrects an earlier charge of key: it was charged charged and
@@ -100,7 +110,8 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // for a key WithLimitFunc's function blocks, Settle changes nothing and
 // returns the blocked Result (not Allowed, Limit tierlimit.Blocked).
 func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
-	return l.s.Settle(ctx, key, charged, used)
+	res, err := l.s.Settle(ctx, key, charged, used)
+	return res, named(err)
 }
 
 // LimitFor returns the limit key is decided under: WithLimitFunc's answer
@@ -109,10 +120,13 @@ func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (
 // function blocks. It returns an error wrapping tierlimit.ErrInvalidKey for
 // a bad key and tierlimit.ErrInvalidLimit for an answer that is neither
 // Blocked nor valid for the algorithm. It makes no call to Redis.
-func (l *limiter) LimitFor(key string) (tierlimit.Limit, error) { return l.s.LimitFor(key) }
+func (l *limiter) LimitFor(key string) (tierlimit.Limit, error) {
+	lim, err := l.s.LimitFor(key)
+	return lim, named(err)
+}
 
 // Reset forgets key's state under every limit: the key is back to full capacity.
-func (l *limiter) Reset(ctx context.Context, key string) error { return l.s.Reset(ctx, key) }
+func (l *limiter) Reset(ctx context.Context, key string) error { return named(l.s.Reset(ctx, key)) }
 
 // Eviction returns what the Redis server said about evicting keys when last
 // read: at New (within NewTimeout), then about once a minute while the

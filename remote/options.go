@@ -57,7 +57,7 @@ func WithLimits(limits ...tierlimit.Limit) Option {
 func WithClientClock(clock Clock) Option {
 	return optionFunc(func(c *store.Config) error {
 		if clock == nil {
-			return fmt.Errorf("%w: remote: nil clock", tierlimit.ErrInvalidOption)
+			return fmt.Errorf("remote: %w: nil clock", tierlimit.ErrInvalidOption)
 		}
 		c.Clock = clock
 		return nil
@@ -83,7 +83,7 @@ func WithClientClock(clock Clock) Option {
 func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	return optionFunc(func(c *store.Config) error {
 		if f == nil {
-			return fmt.Errorf("%w: remote: nil LimitFunc", tierlimit.ErrInvalidOption)
+			return fmt.Errorf("remote: %w: nil LimitFunc", tierlimit.ErrInvalidOption)
 		}
 		c.LimitFunc = f
 		return nil
@@ -101,7 +101,7 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 func WithObserver(o *tierlimit.Observer) Option {
 	return optionFunc(func(c *store.Config) error {
 		if o == nil {
-			return fmt.Errorf("%w: remote: nil observer", tierlimit.ErrInvalidOption)
+			return fmt.Errorf("remote: %w: nil observer", tierlimit.ErrInvalidOption)
 		}
 		c.Observer = o
 		return nil
@@ -115,7 +115,7 @@ func WithObserver(o *tierlimit.Observer) Option {
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *store.Config) error {
 		if l == nil {
-			return fmt.Errorf("%w: remote: nil logger", tierlimit.ErrInvalidOption)
+			return fmt.Errorf("remote: %w: nil logger", tierlimit.ErrInvalidOption)
 		}
 		c.Logger = l
 		return nil

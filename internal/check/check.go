@@ -4,8 +4,10 @@
 package check
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/tierlimit/tierlimit"
 )
@@ -58,4 +60,18 @@ func Takes(takes []tierlimit.Take) ([]tierlimit.Take, error) {
 		out[i].N += t.N
 	}
 	return out, nil
+}
+
+// Named returns err as a caller of package pkg sees it: prefixed "pkg: "
+// once (the form is "pkg: sentinel: detail"), unless it is nil, a
+// context's error or tierlimit.ErrClosed, which are returned as they are
+// for callers that compare them, or already begins with "pkg: ".
+func Named(pkg string, err error) error {
+	switch {
+	case err == nil, err == context.Canceled, err == context.DeadlineExceeded, err == tierlimit.ErrClosed:
+		return err
+	case strings.HasPrefix(err.Error(), pkg+": "):
+		return err
+	}
+	return fmt.Errorf("%s: %w", pkg, err)
 }

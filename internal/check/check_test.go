@@ -1,7 +1,9 @@
 package check
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -54,5 +56,29 @@ func TestTakes(t *testing.T) {
 		if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) || !slices.Equal(got, c.want) {
 			t.Errorf("%s: Takes = %v, %v; want %v, %v", c.name, got, err, c.want, c.err)
 		}
+	}
+}
+
+func TestNamed(t *testing.T) {
+	bad := fmt.Errorf("%w: empty", tierlimit.ErrInvalidKey)
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{bad, "remote: tierlimit: invalid key: empty"},
+		{fmt.Errorf("remote: %w", bad), "remote: tierlimit: invalid key: empty"},
+		{context.Canceled, context.Canceled.Error()},
+		{tierlimit.ErrClosed, tierlimit.ErrClosed.Error()},
+	} {
+		got := Named("remote", c.err)
+		if got.Error() != c.want || !errors.Is(got, c.err) {
+			t.Errorf("Named(remote, %q) = %q, want %q wrapping it", c.err, got, c.want)
+		}
+	}
+	if Named("remote", nil) != nil {
+		t.Error("Named(remote, nil) != nil")
+	}
+	if got := Named("remote", context.Canceled); got != context.Canceled {
+		t.Errorf("Named(remote, context.Canceled) = %#v, want context.Canceled itself", got)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // errLedger is returned by AllowAll and Settle of a Limiter with a lease
 // ledger (Config.Hold): its script decides one key at a time.
-var errLedger = fmt.Errorf("%w: remote: AllowAll and Settle are not for a lease ledger", tierlimit.ErrInvalidOption)
+var errLedger = fmt.Errorf("%w: AllowAll and Settle are not for a lease ledger", tierlimit.ErrInvalidOption)
 
 // group is the takes of one call: keys of one Cluster slot (every key, on
 // a single Redis).
@@ -116,7 +116,7 @@ func fold(res, r tierlimit.Result) tierlimit.Result {
 func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 	merged, err := check.Takes(takes)
 	if err != nil {
-		return nil, 0, fmt.Errorf("remote: %w", err)
+		return nil, 0, err
 	}
 	var groups []*group
 	var total int64
@@ -127,7 +127,7 @@ func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 			return nil, 0, err
 		}
 		if err := p.checkCost(t.N); err != nil {
-			return nil, 0, fmt.Errorf("remote: take of key %q: %w", t.Key, err)
+			return nil, 0, fmt.Errorf("take of key %q: %w", t.Key, err)
 		}
 		total += min(t.N, (1<<62)-total) // a sum for the observer only
 		if p == blockedPlan {
@@ -180,7 +180,7 @@ func (l *Limiter) undo(ctx context.Context, groups []*group) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("remote: AllowAll refused, and giving back its charges failed, leaving charged %s: %w",
+	return fmt.Errorf("AllowAll refused, and giving back its charges failed, leaving charged %s: %w",
 		strings.Join(left, ", "), errors.Join(errs...))
 }
 

@@ -80,7 +80,7 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	}
 	p, err := l.planFor(c.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("remote: claim's limit: %w", err)
+		return nil, fmt.Errorf("claim's limit: %w", err)
 	}
 	if err := p.check(key, c.Want); err != nil {
 		return nil, err
@@ -106,7 +106,7 @@ func (c Claim) peek() bool {
 
 // errNoLease is returned by Lease, LeaseBatch and Refund on a Limiter
 // without a lease ledger (Config.Hold).
-var errNoLease = fmt.Errorf("%w: remote: only a token bucket with a lease ledger leases", tierlimit.ErrInvalidOption)
+var errNoLease = fmt.Errorf("%w: only a token bucket with a lease ledger leases", tierlimit.ErrInvalidOption)
 
 func (l *Limiter) checkLease() error {
 	if !l.alg.ledger {
@@ -122,7 +122,7 @@ const maxHolderLen = 64
 // or ';', which spell the ledger's records (ledger.lua).
 func checkHolder(holder string, gen int64) error {
 	if holder == "" || len(holder) > maxHolderLen || strings.ContainsAny(holder, ":;") || gen < 0 {
-		return fmt.Errorf("%w: remote: a lease ledger needs a holder of 1 to %d bytes without ':' or ';', and Gen >= 0, not %q, %d",
+		return fmt.Errorf("%w: a lease ledger needs a holder of 1 to %d bytes without ':' or ';', and Gen >= 0, not %q, %d",
 			tierlimit.ErrInvalidKey, maxHolderLen, holder, gen)
 	}
 	return nil
@@ -216,7 +216,7 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 	for i, r := range refunds {
 		p, err := l.planFor(r.Limit)
 		if err != nil {
-			return refunds, fmt.Errorf("remote: refund's limit: %w", err)
+			return refunds, fmt.Errorf("refund's limit: %w", err)
 		}
 		if r.N == 0 {
 			err = p.check(r.Key, 1) // what replies never delivered only: the key's check
@@ -227,12 +227,12 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 			return refunds, err
 		}
 		if r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN {
-			return refunds, fmt.Errorf("%w: remote: refund %+v needs 0 <= Received and 0 <= Spent <= %d",
+			return refunds, fmt.Errorf("%w: refund %+v needs 0 <= Received and 0 <= Spent <= %d",
 				tierlimit.ErrInvalidCost, r, p.maxN)
 		}
 		plans[i] = p
 		if len(r.ID) > 64 {
-			return refunds, fmt.Errorf("%w: remote: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
+			return refunds, fmt.Errorf("%w: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
 		}
 		if err := checkHolder(r.Holder, r.Gen); err != nil {
 			return refunds, err
@@ -258,7 +258,7 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 	for i, c := range cmds {
 		if c.Err() != nil {
 			failed = append(failed, refunds[i])
-			errs = append(errs, fmt.Errorf("remote: refund %d to %q: %w", refunds[i].N, refunds[i].Key, c.Err()))
+			errs = append(errs, fmt.Errorf("refund %d to %q: %w", refunds[i].N, refunds[i].Key, c.Err()))
 			continue
 		}
 		if r := refunds[i]; r.N > 0 {
@@ -348,7 +348,7 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 	for b, cmd := range cmds {
 		replies, err := cmd.Slice()
 		if err == nil && len(replies) != len(batches[b]) {
-			err = fmt.Errorf("remote: %s: batch reply of %d claims, want %d", l.alg.name, len(replies), len(batches[b]))
+			err = fmt.Errorf("%s: batch reply of %d claims, want %d", l.alg.name, len(replies), len(batches[b]))
 		}
 		for j, i := range batches[b] {
 			if err != nil {
@@ -357,7 +357,7 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 			}
 			reply, ok := replies[j].([]any)
 			if !ok {
-				grants[i].Err = fmt.Errorf("remote: %s: batch reply %d is %T", l.alg.name, j, replies[j])
+				grants[i].Err = fmt.Errorf("%s: batch reply %d is %T", l.alg.name, j, replies[j])
 				continue
 			}
 			grants[i].Result, grants[i].Granted, grants[i].Err = l.result(reply, plans[i].limits)

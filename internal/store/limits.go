@@ -80,7 +80,7 @@ func (l *Limiter) planOf(key string) (*plan, error) {
 	}
 	p, err := l.planFor(lim)
 	if err != nil {
-		return nil, fmt.Errorf("remote: limit of key %q: %w", key, err)
+		return nil, fmt.Errorf("limit of key %q: %w", key, err)
 	}
 	return p, nil
 }

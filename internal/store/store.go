@@ -72,7 +72,7 @@ type Limiter struct {
 // logged (log/slog) in plain words, and New returns the Limiter anyway.
 func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) {
 	if evict.NilClient(rdb) {
-		return nil, fmt.Errorf("%w: remote: nil redis client (%T)", tierlimit.ErrInvalidOption, rdb)
+		return nil, fmt.Errorf("%w: nil redis client (%T)", tierlimit.ErrInvalidOption, rdb)
 	}
 	l, err := build(alg, limit, cfg)
 	if err != nil {
@@ -88,7 +88,7 @@ func New(rdb redis.UniversalClient, alg *Algorithm, limit tierlimit.Limit, cfg C
 	ctx, cancel := context.WithTimeout(context.Background(), NewTimeout)
 	defer cancel()
 	if _, err := l.watch.Check(ctx); errors.Is(err, tierlimit.ErrMisconfigured) {
-		return nil, fmt.Errorf("remote: %w", err)
+		return nil, err
 	} else if err != nil {
 		logline.Or(cfg.Logger).Warn(unreachable(rdb, err))
 	}
@@ -149,7 +149,7 @@ func KeysOf(alg *Algorithm, limit tierlimit.Limit, cfg Config, key string) ([]st
 // build checks cfg and the limits, and lays out a Limiter's keys and ARGV.
 func build(alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) {
 	if err := cfg.check(alg); err != nil {
-		return nil, fmt.Errorf("remote: %w", err)
+		return nil, err
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -176,11 +176,11 @@ func build(alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) 
 // wrapping tierlimit.ErrInvalidLimit if not.
 func (a *Algorithm) check(lim tierlimit.Limit) error {
 	if err := lim.Validate(); err != nil {
-		return fmt.Errorf("remote: %s: %w", a.name, err)
+		return fmt.Errorf("%s: %w", a.name, err)
 	}
 	if a.validate != nil {
 		if err := a.validate(lim); err != nil {
-			return fmt.Errorf("remote: %s: %w", a.name, err)
+			return fmt.Errorf("%s: %w", a.name, err)
 		}
 	}
 	return nil
@@ -261,9 +261,9 @@ func (l *Limiter) wrongTopology(err error) bool {
 // tierlimit.ErrMisconfigured too when Redis refuses the limiter's commands.
 func (l *Limiter) redisErr(op string, err error) error {
 	if l.Misconfigured(err) {
-		return fmt.Errorf("remote: %s: %w: %w", op, tierlimit.ErrMisconfigured, err)
+		return fmt.Errorf("%s: %w: %w", op, tierlimit.ErrMisconfigured, err)
 	}
-	return fmt.Errorf("remote: %s: %w", op, err)
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // The scripts' modes (ARGV[2]): decide all-or-nothing, or settle.
@@ -397,7 +397,7 @@ func (l *Limiter) run(ctx context.Context, keys []string, args []any, limits []t
 // retry_us, reset_us} into one Result: the most restrictive entry decides.
 func (l *Limiter) result(reply []any, limits []tierlimit.Limit) (tierlimit.Result, int64, error) {
 	if len(reply) != 2+3*len(limits) {
-		return tierlimit.Result{}, 0, fmt.Errorf("remote: %s: reply of %d values, want %d",
+		return tierlimit.Result{}, 0, fmt.Errorf("%s: reply of %d values, want %d",
 			l.alg.name, len(reply), 2+3*len(limits))
 	}
 	at := func(i int) int64 {

@@ -104,7 +104,7 @@ type Take struct {
 // bucket.
 func DecideAll(now time.Time, takes []Take) (tierlimit.Result, error) {
 	if len(takes) == 0 {
-		return tierlimit.Result{}, fmt.Errorf("%w: xrate: no takes", tierlimit.ErrInvalidCost)
+		return tierlimit.Result{}, fmt.Errorf("%w: no takes", tierlimit.ErrInvalidCost)
 	}
 	for _, t := range takes {
 		if err := t.Limit.Validate(); err != nil {

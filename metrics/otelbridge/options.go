@@ -35,7 +35,7 @@ type config struct {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: otelbridge: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
+	return fmt.Errorf("otelbridge: %w: "+format, append([]any{tierlimit.ErrInvalidOption}, args...)...)
 }
 
 // WithMaxLimits sets how many distinct limits per limiter
