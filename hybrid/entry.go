@@ -86,10 +86,12 @@ type table struct {
 	mu          sync.Mutex
 	dropped     map[*entry]struct{}
 	lastDropped map[string]*entry // per key, its entry last dropped, while in dropped
+
+	retire func(*entry) // counts a dropped entry's decisions for the last time (limiter.retire)
 }
 
-func newTable(maxKeys int64) (*table, error) {
-	t := &table{hot: front.New[entry](maxKeys), dropped: make(map[*entry]struct{}), lastDropped: make(map[string]*entry)}
+func newTable(maxKeys int64, retire func(*entry)) (*table, error) {
+	t := &table{hot: front.New[entry](maxKeys), dropped: make(map[*entry]struct{}), lastDropped: make(map[string]*entry), retire: retire}
 	var err error
 	t.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        maxKeys * 10,
@@ -154,7 +156,12 @@ func (t *table) del(key string) {
 // drop is ristretto's callback for an entry leaving it (evicted, rejected,
 // replaced by another Set of its key, deleted): e refunds its tokens at the
 // janitor's next round and is refilled no more, and the table follows it
-// until it holds and owes nothing (forget).
+// until it holds and owes nothing (forget). One that holds and owes nothing
+// already is forgotten at once: entries that ristretto drops faster than
+// the janitor's rounds (new keys decided while the breaker is open, which
+// claim nothing) would otherwise stay followed until the next round, a
+// heap that grows with the keys' arrival rate (G6). A claim that lands
+// tokens in e later keeps it again (land).
 func (t *table) drop(e *entry) {
 	if e == nil {
 		return
@@ -162,6 +169,9 @@ func (t *table) drop(e *entry) {
 	e.evicted.Store(true)
 	e.expires.Store(0)
 	t.keep(e)
+	if t.forget(e) {
+		t.retire(e)
+	}
 }
 
 // keep records that e, which ristretto dropped, may hold tokens: a claim

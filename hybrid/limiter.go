@@ -193,7 +193,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		l.onDecision, l.onCall, l.onGiveBack, onBreaker = o.Decision, o.RedisCall, o.GiveBack, o.Breaker
 	}
 	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil, bucket.Misconfigured)
-	l.keys, err = newTable(cfg.maxKeys)
+	l.keys, err = newTable(cfg.maxKeys, l.retire)
 	if err != nil {
 		return nil, invalid("cache: %v", err)
 	}
