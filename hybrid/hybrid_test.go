@@ -17,7 +17,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
-	"github.com/tierlimit/tierlimit/internal/lua"
+	"github.com/tierlimit/tierlimit/internal/script"
 )
 
 // env is a limiter on miniredis whose server clock and local clock move
@@ -565,8 +565,8 @@ func TestNewLoadsTheScript(t *testing.T) {
 		opts   []Option
 		script *redis.Script
 	}{
-		{"default", nil, lua.Ledger},
-		{"WithLimits", []Option{WithLimits(tierlimit.PerHour(1000))}, lua.Ledger},
+		{"default", nil, script.Ledger},
+		{"WithLimits", []Option{WithLimits(tierlimit.PerHour(1000))}, script.Ledger},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)

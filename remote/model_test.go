@@ -11,7 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/internal/lua"
+	"github.com/tierlimit/tierlimit/internal/script"
 )
 
 // TestSlidingLogModel runs random calls and clock steps through
@@ -51,8 +51,8 @@ func TestSlidingLogModel(t *testing.T) {
 				cost = rng.Int64N(rate + 1)
 			}
 			spec := fmt.Sprintf("%d:%d", period, rate)
-			got1, err1 := lua.SlidingLog.Run(ctx, rdb, one, 0, "0", cost, spec).Slice()
-			got2, err2 := lua.SlidingLog.Run(ctx, rdb, two, 0, "0", cost, spec, cost, spec).Slice()
+			got1, err1 := script.SlidingLog.Run(ctx, rdb, one, 0, "0", cost, spec).Slice()
+			got2, err2 := script.SlidingLog.Run(ctx, rdb, two, 0, "0", cost, spec, cost, spec).Slice()
 			if err1 != nil || err2 != nil {
 				t.Fatalf("limit %d step %d: %v, %v", li, step, err1, err2)
 			}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/internal/lua"
+	"github.com/tierlimit/tierlimit/internal/script"
 )
 
 // Algorithm describes one script: how its keys are named and what it is
@@ -29,7 +29,7 @@ func (a *Algorithm) Name() string { return a.name }
 // The algorithms, by the name their keys carry.
 var (
 	TokenBucket = &Algorithm{
-		name: "tb", script: lua.TokenBucket, keys: []string{""},
+		name: "tb", script: script.TokenBucket, keys: []string{""},
 		spec: func(l tierlimit.Limit) string {
 			unit, per := l.Scale()
 			return join(unit, per, l.Capacity())
@@ -37,7 +37,7 @@ var (
 		capacity: tierlimit.Limit.Capacity,
 	}
 	GCRA = &Algorithm{
-		name: "gcra", script: lua.GCRA, keys: []string{""},
+		name: "gcra", script: script.GCRA, keys: []string{""},
 		spec: func(l tierlimit.Limit) string {
 			unit, per := l.Scale()
 			ti, tf := tolerance(l)
@@ -45,11 +45,11 @@ var (
 		},
 		capacity: tierlimit.Limit.Capacity,
 	}
-	FixedWindow    = windowAlg("fw", lua.FixedWindow, []string{""})
-	AnchoredWindow = windowAlg("aw", lua.AnchoredWindow, []string{""})
+	FixedWindow    = windowAlg("fw", script.FixedWindow, []string{""})
+	AnchoredWindow = windowAlg("aw", script.AnchoredWindow, []string{""})
 	SlidingLog     = logAlg()
 	SlidingWindow  = &Algorithm{
-		name: "sw", script: lua.SlidingWindow, keys: []string{""},
+		name: "sw", script: script.SlidingWindow, keys: []string{""},
 		spec: func(l tierlimit.Limit) string {
 			p := l.PeriodMicros()
 			return join(p, l.Rate, grain(l.Rate, p))
@@ -68,7 +68,7 @@ var Algorithms = []*Algorithm{TokenBucket, GCRA, FixedWindow, AnchoredWindow, Sl
 // in the same string (ledger.lua), which tokenbucket.lua keeps as it is.
 func ledger() *Algorithm {
 	return &Algorithm{
-		name: "tb", script: lua.Ledger, keys: []string{""}, ledger: true,
+		name: "tb", script: script.Ledger, keys: []string{""}, ledger: true,
 		spec: TokenBucket.spec, capacity: tierlimit.Limit.Capacity,
 	}
 }
@@ -121,7 +121,7 @@ func windowAlg(name string, s *redis.Script, keys []string) *Algorithm {
 const MaxLogRate = 1_000_000
 
 func logAlg() *Algorithm {
-	a := windowAlg("sl", lua.SlidingLog, []string{":z", ":h"})
+	a := windowAlg("sl", script.SlidingLog, []string{":z", ":h"})
 	a.validate = func(l tierlimit.Limit) error {
 		if l.Rate > MaxLogRate {
 			return fmt.Errorf("%w: the sliding log keeps a sorted-set member per request, up to Rate per key: rate %d is above %d (the sliding window or the token bucket take it)",

@@ -8,7 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/internal/lua"
+	"github.com/tierlimit/tierlimit/internal/script"
 )
 
 // A hybrid fleet is the instances of one limit (same prefix and limit):
@@ -28,5 +28,5 @@ func Heartbeat(ctx context.Context, rdb redis.UniversalClient, key, id string, t
 	if leave {
 		flag = "1"
 	}
-	return lua.Heartbeat.Run(ctx, rdb, []string{key}, 0, id, ttl.Milliseconds(), flag).Int64()
+	return script.Heartbeat.Run(ctx, rdb, []string{key}, 0, id, ttl.Milliseconds(), flag).Int64()
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tierlimit/tierlimit/internal/lua"
+	"github.com/tierlimit/tierlimit/internal/script"
 )
 
 // Marks: a short-lived flag per user key, in its bucket's hash slot, set and
@@ -52,7 +52,7 @@ func (l *Limiter) marks(ctx context.Context, keys []string, ms int64) []*redis.C
 	if len(keys) == 0 {
 		return nil
 	}
-	return l.sendAgain(ctx, lua.Mark, len(keys), func(i int) ([]string, []any) {
+	return l.sendAgain(ctx, script.Mark, len(keys), func(i int) ([]string, []any) {
 		return []string{l.markKey(keys[i])}, []any{0, ms}
 	})
 }

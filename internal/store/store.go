@@ -1,4 +1,4 @@
-// Package store runs tierlimit's Lua scripts (internal/lua) against Redis:
+// Package store runs tierlimit's Lua scripts (package lua, compiled by internal/script) against Redis:
 // it names the Redis keys of a user key, builds each script's ARGV, reads
 // its reply into a tierlimit.Result, and speaks the token bucket's lease
 // protocol (Lease, LeaseBatch, Refund, the ledger of Config.Hold). remote

@@ -57,7 +57,7 @@ func (b *Bucket) init(limit tierlimit.Limit, tokens int64, now time.Time) {
 }
 
 // NewState returns a Bucket of limit in the state the Redis token bucket
-// stores ("k:r:ts", internal/lua/tokenbucket.lua): tokens whole tokens and
+// stores ("k:r:ts", lua/tokenbucket.lua): tokens whole tokens and
 // units of the next at at (tokens capped at the capacity, units below one
 // token).
 func NewState(limit tierlimit.Limit, tokens, units int64, at time.Time) *Bucket {

@@ -1,13 +1,15 @@
-package lua
+package script
 
 import (
 	"context"
+	"io/fs"
 	"math/big"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/lua"
 )
 
 // muldivCase is a call of lib.lua's muldiv within its documented range.
@@ -42,7 +44,7 @@ func muldivCases(n int) []muldivCase {
 // big integers.
 func checkMuldiv(t *testing.T, rdb redis.UniversalClient, cases []muldivCase) {
 	t.Helper()
-	lib, err := files.ReadFile("lib.lua")
+	lib, err := fs.ReadFile(lua.Files, "lib.lua")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
-// Package lua holds the Redis scripts of tierlimit, one .lua file each,
-// embedded and wrapped once in a *redis.Script (run with Script.Run: EVALSHA,
-// then EVAL on NOSCRIPT). It is internal: the scripts' KEYS, ARGV and
-// replies are a protocol between tierlimit's own packages (internal/store
-// speaks it), free to change between releases.
+// Package script compiles tierlimit's Lua scripts (package lua, one .lua
+// file each) into go-redis Scripts, run with Script.Run: EVALSHA, then EVAL
+// on NOSCRIPT. It is internal: the scripts' KEYS, ARGV and replies are a
+// protocol between tierlimit's own packages (internal/store speaks it),
+// free to change between releases.
 //
 // Every script reads its time from the server (TIME) unless ARGV[1] carries
 // a client clock, keeps its keys in KEYS and computes in integer
@@ -14,16 +14,12 @@
 // reply {allowed, granted, then per entry: remaining, retry_us, reset_us};
 // heartbeat.lua replies a count. Each file's header states its KEYS, ARGV
 // and invariants.
-package lua
+package script
 
 import (
-	"embed"
-
 	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit/lua"
 )
-
-//go:embed *.lua
-var files embed.FS
 
 // The scripts. Each is lib.lua followed by the file of its name.
 var (
@@ -43,27 +39,11 @@ var (
 	Mark = load("mark.lua")
 )
 
-// Source returns the full text of the script in file name as it is sent
-// to Redis: lib.lua, then the file. Redis defines every helper anew on each
-// call, those a script leaves unused included; they cost too little to be
-// worth leaving out (bench/RESULTS.md, "One path per script").
-func Source(name string) (string, error) {
-	lib, err := files.ReadFile("lib.lua")
-	if err != nil {
-		return "", err
-	}
-	body, err := files.ReadFile(name)
-	if err != nil {
-		return "", err
-	}
-	return string(lib) + "\n" + string(body), nil
-}
-
 func load(name string) *redis.Script {
-	src, err := Source(name)
+	src, err := lua.Source(name)
 	if err != nil {
 		// The files are embedded at build time: a missing one is a build bug.
-		panic("lua: " + err.Error())
+		panic("script: " + err.Error())
 	}
 	return redis.NewScript(src)
 }
