@@ -15,6 +15,12 @@
 // org); WaitN waits its turn for a key; Settle corrects a charge after the
 // fact (an estimate, then the real cost).
 //
+// Time comes from the clock of WithClock (default: the system's monotonic
+// clock). When an injected clock steps back, a bucket refills nothing until
+// the clock passes the latest time it has seen, so an interval stepped over
+// twice refills once. golang.org/x/time/rate differs: it moves its last
+// update back with the clock and refills the stepped-over interval again.
+//
 // Decisions are per process: N processes each admit the whole limit. For a
 // limit shared by a fleet, use the remote or hybrid packages.
 package local
