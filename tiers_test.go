@@ -12,6 +12,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
+	"github.com/tierlimit/tierlimit/internal/tenanttest"
 	"github.com/tierlimit/tierlimit/local"
 	"github.com/tierlimit/tierlimit/remote"
 )
@@ -19,11 +20,7 @@ import (
 // limiter is what every tier offers: the remote limiters get a Close that
 // does nothing (they hold nothing to release).
 type limiter interface {
-	AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-	AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error)
-	WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-	Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error)
-	LimitFor(key string) (tierlimit.Limit, error)
+	tenanttest.Tenant
 	Reset(ctx context.Context, key string) error
 	Close() error
 }
@@ -98,47 +95,48 @@ func (tr tier) open(t *testing.T, rdb redis.UniversalClient, l tierlimit.Limit, 
 	return lim
 }
 
-func newLocal(_ redis.UniversalClient, l tierlimit.Limit, o tierOptions) (limiter, error) {
-	var opts []local.Option
+// options returns the options of each package that o's settings map to.
+func (o tierOptions) options() (lo []local.Option, re []remote.Option, hy []hybrid.Option) {
 	if o.limitFunc != nil {
-		opts = append(opts, local.WithLimitFunc(o.limitFunc))
+		lo = append(lo, local.WithLimitFunc(o.limitFunc))
+		re = append(re, remote.WithLimitFunc(o.limitFunc))
+		hy = append(hy, hybrid.WithLimitFunc(o.limitFunc))
 	}
 	if o.observer != nil {
-		opts = append(opts, local.WithObserver(o.observer))
+		lo = append(lo, local.WithObserver(o.observer))
+		re = append(re, remote.WithObserver(o.observer))
+		hy = append(hy, hybrid.WithObserver(o.observer))
 	}
 	if o.clock != nil {
-		opts = append(opts, local.WithClock(o.clock))
+		lo = append(lo, local.WithClock(o.clock))
+		re = append(re, remote.WithClientClock(o.clock))
+	}
+	if o.prefix != "" {
+		re = append(re, remote.WithPrefix(o.prefix))
+		hy = append(hy, hybrid.WithPrefix(o.prefix))
 	}
 	if o.maxKeys != 0 {
-		opts = append(opts, local.WithMaxKeys(o.maxKeys))
+		lo = append(lo, local.WithMaxKeys(o.maxKeys))
 	}
+	if o.leaseTTL != 0 {
+		hy = append(hy, hybrid.WithLeaseTTL(o.leaseTTL))
+	}
+	return lo, re, hy
+}
+
+func newLocal(_ redis.UniversalClient, l tierlimit.Limit, o tierOptions) (limiter, error) {
+	opts, _, _ := o.options()
 	return nilIfErr(local.New(l, opts...))
 }
 
 func newHybrid(rdb redis.UniversalClient, l tierlimit.Limit, o tierOptions) (limiter, error) {
-	var opts []hybrid.Option
-	if o.limitFunc != nil {
-		opts = append(opts, hybrid.WithLimitFunc(o.limitFunc))
-	}
-	if o.observer != nil {
-		opts = append(opts, hybrid.WithObserver(o.observer))
-	}
-	if o.prefix != "" {
-		opts = append(opts, hybrid.WithPrefix(o.prefix))
-	}
-	if o.leaseTTL != 0 {
-		opts = append(opts, hybrid.WithLeaseTTL(o.leaseTTL))
-	}
+	_, _, opts := o.options()
 	return nilIfErr(hybrid.New(rdb, l, opts...))
 }
 
 // remoteLimiter is what every remote limiter offers.
 type remoteLimiter interface {
-	AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-	AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error)
-	WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-	Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error)
-	LimitFor(key string) (tierlimit.Limit, error)
+	tenanttest.Tenant
 	Reset(ctx context.Context, key string) error
 	Eviction() tierlimit.EvictionRisk
 }
@@ -152,19 +150,7 @@ func (unclosable) Close() error { return nil }
 func remoteTier[R remoteLimiter](name string, window bool, mk func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (R, error)) tier {
 	return tier{name: name, redis: true, window: window, clocked: true,
 		new: func(rdb redis.UniversalClient, l tierlimit.Limit, o tierOptions) (limiter, error) {
-			var opts []remote.Option
-			if o.limitFunc != nil {
-				opts = append(opts, remote.WithLimitFunc(o.limitFunc))
-			}
-			if o.observer != nil {
-				opts = append(opts, remote.WithObserver(o.observer))
-			}
-			if o.clock != nil {
-				opts = append(opts, remote.WithClientClock(o.clock))
-			}
-			if o.prefix != "" {
-				opts = append(opts, remote.WithPrefix(o.prefix))
-			}
+			_, opts, _ := o.options()
 			r, err := mk(rdb, l, opts...)
 			if err != nil {
 				return nil, err
