@@ -7,7 +7,6 @@ package tierlimit_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,11 +15,11 @@ import (
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
-// TestEveryTier: on each tier, at 3 per 3 s: bad input is a typed error;
-// a peek charges nothing; 3 calls are admitted and the 4th denied with an
-// honest RetryAfter (the time to the next token, or to the window's end);
-// waiting it, a caller alone on the key is admitted; Reset makes the key
-// full again; after Close every call is ErrClosed.
+// TestEveryTier: on each tier, at 3 per 3 s (bad input is
+// TestInputRules's): a peek charges nothing; 3 calls are admitted and the
+// 4th denied with an honest RetryAfter (the time to the next token, or to
+// the window's end); waiting it, a caller alone on the key is admitted;
+// Reset makes the key full again; after Close every call is ErrClosed.
 func TestEveryTier(t *testing.T) {
 	s := redistest.Start(t)
 	limit := tierlimit.Limit{Rate: 3, Period: 3 * time.Second}
@@ -39,24 +38,6 @@ func TestEveryTier(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-
-			for _, bad := range []struct {
-				key  string
-				n    int64
-				want error
-			}{
-				{"", 1, tierlimit.ErrInvalidKey},
-				{strings.Repeat("k", tierlimit.MaxKeyLen+1), 1, tierlimit.ErrInvalidKey},
-				{key, -1, tierlimit.ErrInvalidCost},
-				{key, limit.Capacity() + 1, tierlimit.ErrInvalidCost},
-			} {
-				if _, err := l.AllowN(ctx, bad.key, bad.n); !errors.Is(err, bad.want) {
-					t.Errorf("AllowN(%d-byte key, %d) = %v, want %v", len(bad.key), bad.n, err, bad.want)
-				}
-			}
-			if err := l.Reset(ctx, ""); !errors.Is(err, tierlimit.ErrInvalidKey) {
-				t.Errorf("Reset(\"\") = %v, want ErrInvalidKey", err)
-			}
 
 			if tier.window {
 				// Start just after a window boundary, so that the drain
