@@ -31,8 +31,9 @@ type env struct {
 	bucket tierlimit.Limit
 }
 
-// withoutLedger turns the lease ledger off, as WithLimits does: the tests
-// of the bucket's plain claims and refunds.
+// withoutLedger turns the lease ledger off, which no option does since
+// every limit keeps one (WithLimits's too, from 549e7d8): the tests of the
+// bucket's plain claims and refunds.
 func withoutLedger() Option {
 	return optionFunc(func(c *config) error {
 		c.ledger = false

@@ -66,8 +66,8 @@ type config struct {
 }
 
 // WithObserver reports every decision (AllowN, AllowAll, and WaitN's tries)
-// to o.Decision, with Latency 0 (a decision in process takes well under a
-// microsecond), and a whole charge given back (Settle with used 0) to
+// to o.Decision, with Latency 0 (a decision in process waits on nothing,
+// and reading the clock to time it would cost more than deciding), and a whole charge given back (Settle with used 0) to
 // o.GiveBack: a metrics bridge (package metrics, metrics/otelbridge) counts
 // them. Its other funcs are never called (local makes no Redis call). The
 // funcs run on the caller's goroutine, under no lock of the limiter.
