@@ -15,10 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/remote"
 )
 
 // TestEvictionAdmissions measures what eviction does to the limits: for
@@ -40,40 +38,13 @@ func TestEvictionAdmissions(t *testing.T) {
 	}
 	const d = 3 * time.Second
 	limit := tierlimit.PerSecond(1000)
-	// Each make returns the limiter and what it reported of the server's
-	// eviction settings right after New (Eviction, Stats.Eviction).
-	limiters := []struct {
-		name string
-		make func(redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error)
-	}{
-		{"remote token bucket", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
-			l, err := remote.NewTokenBucket(r, limit)
-			if err != nil {
-				return nil, tierlimit.EvictionRisk{}, nil, err
-			}
-			return l, l.Eviction(), func() {}, nil
-		}},
-		{"remote gcra", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
-			l, err := remote.NewGCRA(r, limit)
-			if err != nil {
-				return nil, tierlimit.EvictionRisk{}, nil, err
-			}
-			return l, l.Eviction(), func() {}, nil
-		}},
-		{"remote sliding log", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
-			l, err := remote.NewSlidingLog(r, limit)
-			if err != nil {
-				return nil, tierlimit.EvictionRisk{}, nil, err
-			}
-			return l, l.Eviction(), func() {}, nil
-		}},
-		{"hybrid", func(r redis.UniversalClient) (tierlimit.Limiter, tierlimit.EvictionRisk, func(), error) {
-			l, err := hybrid.New(r, limit)
-			if err != nil {
-				return nil, tierlimit.EvictionRisk{}, nil, err
-			}
-			return l, l.Stats().Eviction, func() { l.Close() }, nil
-		}},
+	// The columns of docs/operations.md's table: the bucket tiers that
+	// use Redis, and the sliding log, whose key grows with its rate.
+	var limiters []tier
+	for _, tier := range tiers {
+		if tier.redis && (!tier.window || tier.name == "remote sliding log") {
+			limiters = append(limiters, tier)
+		}
 	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "| policy |")
@@ -98,7 +69,7 @@ func TestEvictionAdmissions(t *testing.T) {
 		agree := true
 		for i, lt := range limiters {
 			before, _ := evict.Read(context.Background(), rdb)
-			lim, reported, done, err := lt.make(rdb)
+			lim, err := lt.new(rdb, limit, tierOptions{})
 			if errors.Is(err, tierlimit.ErrMisconfigured) {
 				fmt.Fprintf(&table, " ErrMisconfigured at New |")
 				continue
@@ -106,6 +77,7 @@ func TestEvictionAdmissions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			reported := evictionOf(lim)
 			word := map[bool]string{true: "risky", false: "safe"}[reported.Risky()]
 			if !reported.Known() {
 				word = "unknown"
@@ -117,7 +89,7 @@ func TestEvictionAdmissions(t *testing.T) {
 					policy, lt.name, reported, reported.Known(), reported.Risky(), risky)
 			}
 			admitted, calls, errs := saturate(lim, "hot"+strconv.Itoa(i), d)
-			done()
+			lim.Close()
 			after, _ := evict.Read(context.Background(), rdb)
 			evicted += after.EvictedKeys - before.EvictedKeys
 			bound := limit.Capacity() + limit.Rate*int64(d/time.Second)

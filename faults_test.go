@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/bits"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -25,85 +24,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
+	"github.com/tierlimit/tierlimit/internal/histogram"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/remote"
 )
-
-// hist is a latency histogram with four buckets per power of two (a
-// quantile is known within 25%): see bucket and top.
-type hist [256]int64
-
-// bucket returns the bucket of ns: the position of its leading bit and the
-// two bits after it.
-func bucket(ns uint64) int {
-	if ns < 4 {
-		return int(ns)
-	}
-	b := bits.Len64(ns)
-	return b*4 + int(ns>>(b-3)&3)
-}
-
-// top returns the smallest latency above every one in bucket i (buckets 4
-// to 11 are never used).
-func top(i int) time.Duration {
-	if i < 12 {
-		return time.Duration(min(i+1, 4))
-	}
-	b, sub := i/4, i%4
-	return time.Duration(uint64(5+sub) << (b - 3))
-}
-
-func (h *hist) add(d time.Duration) { h[bucket(uint64(max(d, 0)))]++ }
-
-func (h *hist) merge(o *hist) {
-	for i := range h {
-		h[i] += o[i]
-	}
-}
-
-func (h *hist) count() int64 {
-	var n int64
-	for _, c := range h {
-		n += c
-	}
-	return n
-}
-
-// quantile returns an upper bound of the q-quantile: the top of its bucket.
-func (h *hist) quantile(q float64) time.Duration {
-	n := h.count()
-	if n == 0 {
-		return 0
-	}
-	rank := int64(q*float64(n-1)) + 1
-	var seen int64
-	for i, c := range h {
-		seen += c
-		if seen >= rank {
-			return top(i)
-		}
-	}
-	return top(len(h) - 1)
-}
-
-func TestHist(t *testing.T) {
-	for _, ns := range []uint64{0, 1, 3, 4, 5, 7, 8, 1000, 1023, 1024, 1999, 2000, 1 << 40, 1<<62 + 12345} {
-		i := bucket(ns)
-		if lo := top(i - 1); i > 0 && uint64(lo) > ns {
-			t.Errorf("bucket(%d) = %d, whose lower bound %d is above it", ns, i, lo)
-		}
-		if hi := top(i); uint64(hi) <= ns || float64(hi) > 1.25*float64(ns)+1 {
-			t.Errorf("bucket(%d) = %d, top %d: want above it, within 25%%", ns, i, hi)
-		}
-	}
-	var h hist
-	for i := 1; i <= 1000; i++ {
-		h.add(time.Duration(i) * time.Microsecond)
-	}
-	if got := h.quantile(0.99); got < 990*time.Microsecond || got > 1238*time.Microsecond {
-		t.Errorf("p99 of 1..1000 µs = %v, want 990µs to 1.24ms", got)
-	}
-}
 
 // The phases of a kill test, by when a decision started.
 const (
@@ -119,7 +43,7 @@ var phaseNames = [phases]string{"before", "failing", "open", "restored"}
 // faultReport is what a fault-test member prints.
 type faultReport struct {
 	Errors     int64
-	Hist       [phases]hist
+	Hist       [phases]histogram.Histogram
 	Bins       []int64 // tokens admitted per binWidth since Start
 	FirstOK    int64   // unix ns at which the first Redis call after RestartAt returned without error
 	FirstLease int64   // the same for the first claim or refill
@@ -197,7 +121,7 @@ func faultMember(raw string) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var h [phases]hist
+			var h [phases]histogram.Histogram
 			bins := make([]int64, len(rep.Bins))
 			decided, waited := make([]int64, len(rep.Decided)), make([]int64, len(rep.Waited))
 			var errs, lastEnd int64
@@ -217,7 +141,7 @@ func faultMember(raw string) int {
 				case t0.Before(restartAt):
 					phase = phaseOpen
 				}
-				h[phase].add(took)
+				h[phase].Add(took)
 				slot := t0.Sub(start) / slotWidth
 				decided[slot]++
 				if took >= time.Millisecond {
@@ -235,7 +159,7 @@ func faultMember(raw string) int {
 			mu.Lock()
 			defer mu.Unlock()
 			for p := range h {
-				rep.Hist[p].merge(&h[p])
+				rep.Hist[p].Merge(&h[p])
 			}
 			for i, n := range bins {
 				rep.Bins[i] += n
@@ -294,7 +218,7 @@ func TestFaultKillAndRestart(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	var worst [phases]hist
+	var worst [phases]histogram.Histogram
 	for i, out := range outs {
 		var r faultReport
 		if err := json.Unmarshal(out, &r); err != nil {
@@ -367,12 +291,12 @@ func TestFaultKillAndRestart(t *testing.T) {
 			t.Errorf("member %d: first lease %v after Redis answered, want within %v (the probe interval %v + budget + 50ms)", i, resumed, bar, probe)
 		}
 		for p := range worst {
-			worst[p].merge(&r.Hist[p])
+			worst[p].Merge(&r.Hist[p])
 		}
 	}
 	for p := range worst {
-		t.Logf("phase %-8s: %8d decisions, p50 <= %v, p99 <= %v, p99.9 <= %v", phaseNames[p], worst[p].count(),
-			worst[p].quantile(0.5), worst[p].quantile(0.99), worst[p].quantile(0.999))
+		t.Logf("phase %-8s: %8d decisions, p50 <= %v, p99 <= %v, p99.9 <= %v", phaseNames[p], worst[p].Count(),
+			worst[p].Bound(0.5), worst[p].Bound(0.99), worst[p].Bound(0.999))
 	}
 	// Budgets: p99 within the call budget while the breaker is closed, and
 	// microseconds once it is open. Both are timing bars on a shared
@@ -385,10 +309,10 @@ func TestFaultKillAndRestart(t *testing.T) {
 	if raceEnabled {
 		slack, openBar = 50*time.Millisecond, budget
 	}
-	if p99 := worst[phaseFailing].quantile(0.99); p99 > budget+slack {
+	if p99 := worst[phaseFailing].Bound(0.99); p99 > budget+slack {
 		t.Errorf("p99 before the breaker opened = %v, want <= budget %v (+%v)", p99, budget, slack)
 	}
-	if p99 := worst[phaseOpen].quantile(0.99); p99 > openBar {
+	if p99 := worst[phaseOpen].Bound(0.99); p99 > openBar {
 		t.Errorf("p99 with the breaker open = %v, want <= %v", p99, openBar)
 	}
 }
@@ -397,8 +321,8 @@ func TestFaultKillAndRestart(t *testing.T) {
 type loadResult struct {
 	admitted map[string]int64
 	errors   int64
-	hist     hist // latencies of decisions started in the fault window
-	maxG     int  // most goroutines seen during the run
+	hist     histogram.Histogram // latencies of decisions started in the fault window
+	maxG     int                 // most goroutines seen during the run
 }
 
 // runLoad calls l from 16 goroutines over keys k0..k(keys-1) for d,
@@ -428,7 +352,7 @@ func runLoad(l *hybrid.Limiter, keys int, d, from, to time.Duration) loadResult 
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, 3))
 			admitted := map[string]int64{}
-			var h hist
+			var h histogram.Histogram
 			var errs int64
 			for {
 				t0 := time.Now()
@@ -439,7 +363,7 @@ func runLoad(l *hybrid.Limiter, keys int, d, from, to time.Duration) loadResult 
 				key := "k" + strconv.Itoa(rng.IntN(keys))
 				r, err := l.Allow(context.Background(), key)
 				if since >= from && since < to {
-					h.add(time.Since(t0))
+					h.Add(time.Since(t0))
 				}
 				if err != nil {
 					errs++
@@ -452,7 +376,7 @@ func runLoad(l *hybrid.Limiter, keys int, d, from, to time.Duration) loadResult 
 			for k, n := range admitted {
 				res.admitted[k] += n
 			}
-			res.hist.merge(&h)
+			res.hist.Merge(&h)
 			res.errors += errs
 		}(uint64(g))
 	}
@@ -531,9 +455,9 @@ func TestFaultSlowRedis(t *testing.T) {
 			l.Close()
 			rdb.Close()
 			after := settleGoroutines(base)
-			p99 := res.hist.quantile(0.99)
+			p99 := res.hist.Bound(0.99)
 			t.Logf("%d decisions in the fault: p50 <= %v, p99 <= %v, max %d goroutines (base %d, %d after Close); stats %+v",
-				res.hist.count(), res.hist.quantile(0.5), p99, res.maxG, base, after, st)
+				res.hist.Count(), res.hist.Bound(0.5), p99, res.maxG, base, after, st)
 			if res.errors != 0 {
 				t.Errorf("%d errors reached callers, want 0", res.errors)
 			}
@@ -827,7 +751,7 @@ func TestSoak(t *testing.T) {
 	}
 	rdb.Close()
 	after := settleGoroutines(base)
-	t.Logf("%d decisions; decision p99 <= %v; stats %+v", res.hist.count(), res.hist.quantile(0.99), st)
+	t.Logf("%d decisions; decision p99 <= %v; stats %+v", res.hist.Count(), res.hist.Bound(0.99), st)
 	if res.errors != 0 {
 		t.Errorf("%d errors reached callers, want 0", res.errors)
 	}
@@ -913,7 +837,7 @@ func TestFaultCluster(t *testing.T) {
 		admitted += v
 	}
 	t.Logf("%d admitted; %d Redis calls, %d failed, %d CROSSSLOT; p99 <= %v; stats %+v",
-		admitted, calls.Load(), failed.Load(), crossSlot.Load(), res.hist.quantile(0.99), st)
+		admitted, calls.Load(), failed.Load(), crossSlot.Load(), res.hist.Bound(0.99), st)
 	if res.errors != 0 {
 		t.Errorf("%d errors reached callers, want 0", res.errors)
 	}

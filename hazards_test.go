@@ -23,7 +23,6 @@ import (
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/metrics"
-	"github.com/tierlimit/tierlimit/remote"
 )
 
 // logLines sends slog's default logger to a buffer until the test ends,
@@ -55,54 +54,6 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return w.w.Write(p)
 }
 
-// evictionTier builds one tier's limiter with observer o and returns what
-// it read of the server at New.
-type evictionTier struct {
-	name string
-	make func(rdb redis.UniversalClient, o *tierlimit.Observer) (tierlimit.EvictionRisk, func(), error)
-}
-
-func evictionTiers() []evictionTier {
-	lim := tierlimit.PerSecond(10)
-	type evictionReader interface{ Eviction() tierlimit.EvictionRisk }
-	remoteTier := func(name string, mk func(redis.UniversalClient, ...remote.Option) (evictionReader, error)) evictionTier {
-		return evictionTier{name, func(rdb redis.UniversalClient, o *tierlimit.Observer) (tierlimit.EvictionRisk, func(), error) {
-			l, err := mk(rdb, remote.WithObserver(o))
-			if err != nil {
-				return tierlimit.EvictionRisk{}, nil, err
-			}
-			return l.Eviction(), func() {}, nil
-		}}
-	}
-	return []evictionTier{
-		remoteTier("remote token bucket", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
-			return remote.NewTokenBucket(r, lim, o...)
-		}),
-		remoteTier("remote gcra", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
-			return remote.NewGCRA(r, lim, o...)
-		}),
-		remoteTier("remote fixed window", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
-			return remote.NewFixedWindow(r, lim, o...)
-		}),
-		remoteTier("remote anchored window", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
-			return remote.NewAnchoredWindow(r, lim, o...)
-		}),
-		remoteTier("remote sliding log", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
-			return remote.NewSlidingLog(r, lim, o...)
-		}),
-		remoteTier("remote sliding window", func(r redis.UniversalClient, o ...remote.Option) (evictionReader, error) {
-			return remote.NewSlidingWindow(r, lim, o...)
-		}),
-		{"hybrid", func(rdb redis.UniversalClient, o *tierlimit.Observer) (tierlimit.EvictionRisk, func(), error) {
-			l, err := hybrid.New(rdb, lim, hybrid.WithObserver(o))
-			if err != nil {
-				return tierlimit.EvictionRisk{}, nil, err
-			}
-			return l.Stats().Eviction, func() { l.Close() }, nil
-		}},
-	}
-}
-
 // TestEvictionRiskAtNew: with a server that may evict limiter keys, every
 // tier that uses Redis reports it at New: through the observer, its own
 // reading (Stats.Eviction, Eviction), the metrics of a Collector whose
@@ -128,7 +79,10 @@ func TestEvictionRiskAtNew(t *testing.T) {
 		{"INFO refused", redis.Options{Addr: restricted.Addr, Username: "noinfo", Password: "pw"}, false, false},
 	}
 	for _, s := range setups {
-		for _, tier := range evictionTiers() {
+		for _, tier := range tiers {
+			if !tier.redis {
+				continue
+			}
 			t.Run(s.name+"/"+tier.name, func(t *testing.T) {
 				lines := logLines(t)
 				opts := s.opts
@@ -148,11 +102,12 @@ func TestEvictionRiskAtNew(t *testing.T) {
 					mu.Unlock()
 					toGauges(r)
 				}
-				read, done, err := tier.make(rdb, o)
+				l, err := tier.new(rdb, tierlimit.PerSecond(10), tierOptions{observer: o})
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer done()
+				defer l.Close()
+				read := evictionOf(l)
 				if read.Risky() != s.risky || read.Known() != s.known {
 					t.Errorf("reading at New = %v: Risky %v, Known %v; want %v, %v", read, read.Risky(), read.Known(), s.risky, s.known)
 				}

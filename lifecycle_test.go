@@ -22,7 +22,6 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/local"
 )
 
 // lifecycleEnv names the tier a child process of TestCloseRaces stresses.
@@ -39,7 +38,11 @@ func TestCloseRaces(t *testing.T) {
 	if raceEnabled {
 		rounds = 100
 	}
-	for _, tier := range []string{"hybrid", "local"} {
+	for _, tr := range tiers {
+		if !tr.closable {
+			continue
+		}
+		tier := tr.name
 		t.Run(tier, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
@@ -67,39 +70,28 @@ func tail(s string, n int) string {
 	return s
 }
 
-// closer is a limiter with a lifecycle.
-type closer interface {
-	AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-	Reset(ctx context.Context, key string) error
-	Close() error
-}
-
-// lifecycleChild runs the rounds of TestCloseRaces for one tier and
-// returns the process's exit code.
-func lifecycleChild(tier string) int {
+// lifecycleChild runs the rounds of TestCloseRaces for the tier named
+// name and returns the process's exit code.
+func lifecycleChild(name string) int {
+	tier, ok := tierNamed(name)
+	if !ok {
+		fmt.Printf("no tier %q\n", name)
+		return 2
+	}
 	rounds, _ := strconv.Atoi(os.Getenv("TIERLIMIT_LIFECYCLE_ROUNDS"))
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("TIERLIMIT_LIFECYCLE_ADDR")})
 	defer rdb.Close()
 	var callsAfter, closedErrs int
 	for round := range rounds {
-		var l closer
+		l, err := tier.new(rdb, tierlimit.PerSecond(1000), tierOptions{
+			prefix: "lifecycle:" + strconv.Itoa(round) + ":", leaseTTL: 20 * time.Millisecond, maxKeys: 64})
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
 		var stats func() hybrid.Stats
-		switch tier {
-		case "hybrid":
-			h, err := hybrid.New(rdb, tierlimit.PerSecond(1000), hybrid.WithPrefix("lifecycle:"+strconv.Itoa(round)+":"),
-				hybrid.WithLeaseTTL(20*time.Millisecond))
-			if err != nil {
-				fmt.Println(err)
-				return 2
-			}
-			l, stats = h, h.Stats
-		case "local":
-			lo, err := local.New(tierlimit.PerSecond(1000), local.WithMaxKeys(64))
-			if err != nil {
-				fmt.Println(err)
-				return 2
-			}
-			l = lo
+		if h, ok := l.(*hybrid.Limiter); ok {
+			stats = h.Stats
 		}
 		after, errs, err := raceClose(l, stats)
 		if err != nil {
@@ -124,7 +116,7 @@ func lifecycleChild(tier string) int {
 // raceClose runs callers of l's methods, closes l (twice, concurrently)
 // while they run, and checks what they got. It returns the calls started
 // after Close returned and the ErrClosed seen.
-func raceClose(l closer, stats func() hybrid.Stats) (after, closedErrs int, err error) {
+func raceClose(l limiter, stats func() hybrid.Stats) (after, closedErrs int, err error) {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex

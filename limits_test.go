@@ -9,34 +9,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/local"
-	"github.com/tierlimit/tierlimit/remote"
 )
 
 // limitsUsersWrite are the limits of design.md §5 that earlier versions
 // refused or rounded: bandwidth in bytes, prime daily quotas, long and short
-// periods, a burst of 10^12. refusedBy names the algorithms that refuse one
-// in their constructor, and why.
+// periods, a burst of 10^12. refusedBy names the tiers that refuse one in
+// their constructor, and why.
 var limitsUsersWrite = []struct {
 	limit     tierlimit.Limit
 	refusedBy map[string]string
 }{
-	{tierlimit.PerSecond(100_000_000), map[string]string{"SlidingLog": "memory"}},
-	{tierlimit.PerSecond(125_000_000), map[string]string{"SlidingLog": "memory"}},
-	{tierlimit.PerSecond(10_000_000_000), map[string]string{"SlidingLog": "memory"}},
-	{tierlimit.PerSecond(1_000_000_000_000), map[string]string{"SlidingLog": "memory"}},
-	{tierlimit.PerDay(1_000_003), map[string]string{"SlidingLog": "memory"}},
-	{tierlimit.PerDay(10_000_019), map[string]string{"SlidingLog": "memory"}},
-	{tierlimit.Limit{Rate: 1_000_003, Period: 30 * 24 * time.Hour}, map[string]string{"SlidingLog": "memory"}},
+	{tierlimit.PerSecond(100_000_000), map[string]string{"remote sliding log": "memory"}},
+	{tierlimit.PerSecond(125_000_000), map[string]string{"remote sliding log": "memory"}},
+	{tierlimit.PerSecond(10_000_000_000), map[string]string{"remote sliding log": "memory"}},
+	{tierlimit.PerSecond(1_000_000_000_000), map[string]string{"remote sliding log": "memory"}},
+	{tierlimit.PerDay(1_000_003), map[string]string{"remote sliding log": "memory"}},
+	{tierlimit.PerDay(10_000_019), map[string]string{"remote sliding log": "memory"}},
+	{tierlimit.Limit{Rate: 1_000_003, Period: 30 * 24 * time.Hour}, map[string]string{"remote sliding log": "memory"}},
 	{tierlimit.Limit{Rate: 1, Period: 400 * 24 * time.Hour}, nil},
 	{tierlimit.Limit{Rate: 7, Period: time.Millisecond}, nil},
 	{tierlimit.PerSecond(1_000_000_000).WithBurst(1_000_000_000_000), map[string]string{
-		"SlidingLog": "memory", "FixedWindow": "burst", "AnchoredWindow": "burst", "SlidingWindow": "burst"}},
+		"remote sliding log": "memory", "remote fixed window": "burst", "remote anchored window": "burst", "remote sliding window": "burst"}},
 }
 
 // refusal is what a constructor's error says for each reason of refusedBy.
@@ -45,45 +42,10 @@ var refusal = map[string]string{
 	"burst":  "have no burst",
 }
 
-type limitsLimiter interface {
-	AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-}
-
-// limitsAlgorithms are the tiers TestEveryLimit runs: local, and every
-// remote algorithm on a real Redis with a client clock. bucket algorithms
-// count a token bucket; the others windows of Rate per Period.
-var limitsAlgorithms = []struct {
-	name   string
-	bucket bool
-	new    func(rdb redis.UniversalClient, l tierlimit.Limit, clock *clocktest.Clock, prefix string) (limitsLimiter, error)
-}{
-	{"local", true, func(_ redis.UniversalClient, l tierlimit.Limit, c *clocktest.Clock, _ string) (limitsLimiter, error) {
-		return nilIfErr(local.New(l, local.WithClock(c), local.WithMaxKeys(16)))
-	}},
-	{"TokenBucket", true, remoteNew(remote.NewTokenBucket)},
-	{"GCRA", true, remoteNew(remote.NewGCRA)},
-	{"FixedWindow", false, remoteNew(remote.NewFixedWindow)},
-	{"AnchoredWindow", false, remoteNew(remote.NewAnchoredWindow)},
-	{"SlidingLog", false, remoteNew(remote.NewSlidingLog)},
-	{"SlidingWindow", false, remoteNew(remote.NewSlidingWindow)},
-}
-
-func remoteNew[T limitsLimiter](f func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (T, error)) func(redis.UniversalClient, tierlimit.Limit, *clocktest.Clock, string) (limitsLimiter, error) {
-	return func(rdb redis.UniversalClient, l tierlimit.Limit, c *clocktest.Clock, prefix string) (limitsLimiter, error) {
-		return nilIfErr(f(rdb, l, remote.WithClientClock(c), remote.WithPrefix(prefix)))
-	}
-}
-
-func nilIfErr[T limitsLimiter](d T, err error) (limitsLimiter, error) {
-	if err != nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return d, nil
-}
-
-// TestEveryLimit runs limitsUsersWrite through every tier: those that
-// refuse a limit do so in their constructor, with ErrInvalidLimit and the
-// reason; those that accept it are exact. A bucket is drained of exactly
+// TestEveryLimit runs limitsUsersWrite through every tier that runs on a
+// clock of its client (all but hybrid), on a real Redis: those that refuse
+// a limit do so in their constructor, with ErrInvalidLimit and the reason;
+// those that accept it are exact. A bucket is drained of exactly
 // its capacity, then told the exact wait for 1 token and for a larger cost
 // (ceil(n·Period/Rate) µs), is denied 1 µs before that wait and admits the
 // cost at it, and after a further step holds exactly what the refill gave,
@@ -92,12 +54,15 @@ func nilIfErr[T limitsLimiter](d T, err error) (limitsLimiter, error) {
 func TestEveryLimit(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	for i, tt := range limitsUsersWrite {
-		for _, alg := range limitsAlgorithms {
-			t.Run(fmt.Sprintf("%v/%s", tt.limit, alg.name), func(t *testing.T) {
+		for _, tier := range tiers {
+			if !tier.clocked {
+				continue // hybrid: TestEveryLimitHybrid
+			}
+			t.Run(fmt.Sprintf("%v/%s", tt.limit, tier.name), func(t *testing.T) {
 				t0 := time.Unix(1_700_000_000, 0)
 				clock := clocktest.New(t0)
-				d, err := alg.new(rdb, tt.limit, clock, fmt.Sprintf("every%d:", i))
-				if why, refused := tt.refusedBy[alg.name]; refused {
+				d, err := tier.new(rdb, tt.limit, tierOptions{clock: clock, prefix: fmt.Sprintf("every%d:", i), maxKeys: 16})
+				if why, refused := tt.refusedBy[tier.name]; refused {
 					if !errors.Is(err, tierlimit.ErrInvalidLimit) || !contains(err, refusal[why]) {
 						t.Fatalf("new(%v) = %v, want ErrInvalidLimit saying %q", tt.limit, err, refusal[why])
 					}
@@ -106,10 +71,11 @@ func TestEveryLimit(t *testing.T) {
 				if err != nil {
 					t.Fatalf("new(%v) = %v, want a limiter", tt.limit, err)
 				}
-				if alg.bucket {
-					checkBucket(t, d, tt.limit, clock, alg.name != "local")
+				defer d.Close()
+				if tier.window {
+					checkWindow(t, d, tt.limit, clock, tier.name)
 				} else {
-					checkWindow(t, d, tt.limit, clock, alg.name)
+					checkBucket(t, d, tt.limit, clock, tier.redis)
 				}
 			})
 		}
@@ -178,7 +144,7 @@ func (p pace) tokens(d time.Duration) int64 {
 	return x.Quo(x, p.num).Int64()
 }
 
-func allowN(t *testing.T, d limitsLimiter, n int64) tierlimit.Result {
+func allowN(t *testing.T, d tierlimit.Limiter, n int64) tierlimit.Result {
 	t.Helper()
 	res, err := d.AllowN(context.Background(), "k", n)
 	if err != nil {
@@ -193,7 +159,7 @@ func allowN(t *testing.T, d limitsLimiter, n int64) tierlimit.Result {
 // a bucket that fills faster than the test's own pauses (-race, a loaded
 // machine) may be gone before the checks that need it, which are then
 // skipped.
-func checkBucket(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clocktest.Clock, inRedis bool) {
+func checkBucket(t *testing.T, d tierlimit.Limiter, l tierlimit.Limit, clock *clocktest.Clock, inRedis bool) {
 	c := l.Capacity()
 	p := paceOf(l)
 	if res := allowN(t, d, c-1); !res.Allowed || res.Remaining != 1 {
@@ -245,7 +211,7 @@ func checkBucket(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clockt
 	}
 }
 
-func checkWindow(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clocktest.Clock, alg string) {
+func checkWindow(t *testing.T, d tierlimit.Limiter, l tierlimit.Limit, clock *clocktest.Clock, name string) {
 	// The client clock stands still, but Redis expires a window's key in
 	// real time, when the window would have ended on a real clock: a
 	// window shorter than the test's own pauses (-race, a loaded machine)
@@ -270,11 +236,11 @@ func checkWindow(t *testing.T, d limitsLimiter, l tierlimit.Limit, clock *clockt
 	}
 	p := l.Period
 	want := map[string]time.Duration{
-		"FixedWindow":    p - time.Duration(clock.Now().UnixMicro()%l.PeriodMicros())*time.Microsecond,
-		"AnchoredWindow": p,
-		"SlidingLog":     p,
+		"remote fixed window":    p - time.Duration(clock.Now().UnixMicro()%l.PeriodMicros())*time.Microsecond,
+		"remote anchored window": p,
+		"remote sliding log":     p,
 	}
-	if w, ok := want[alg]; ok && res.RetryAfter != w {
+	if w, ok := want[name]; ok && res.RetryAfter != w {
 		t.Errorf("AllowN(1) drained: RetryAfter %v, want %v", res.RetryAfter, w)
 	}
 	retry := res.RetryAfter

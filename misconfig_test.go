@@ -18,49 +18,22 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/remote"
 )
 
-// tierUnderTest builds a limiter of one tier and makes its first decision.
-type tierUnderTest struct {
-	name string
-	// first returns the error of New, or else of the first Allow, and
-	// what the limiter decided.
-	first func(ctx context.Context, rdb redis.UniversalClient) (tierlimit.Result, error)
-}
-
-// redisTiers are every limiter that keeps its state in Redis.
-func redisTiers() []tierUnderTest {
-	lim := tierlimit.PerSecond(10)
-	remoteTier := func(name string, mk func(redis.UniversalClient) (tierlimit.Limiter, error)) tierUnderTest {
-		return tierUnderTest{name, func(ctx context.Context, rdb redis.UniversalClient) (tierlimit.Result, error) {
-			l, err := mk(rdb)
-			if err != nil {
-				return tierlimit.Result{}, err
-			}
-			return l.AllowN(ctx, "k", 1)
-		}}
+// first makes tier's limiter on rdb and its first decision: it returns the
+// error of New, or else of the first AllowN, and what the limiter decided.
+// A hybrid fallback decision is an error: it would hide the set-up.
+func first(ctx context.Context, tier tier, rdb redis.UniversalClient) (tierlimit.Result, error) {
+	l, err := tier.new(rdb, tierlimit.PerSecond(10), tierOptions{})
+	if err != nil {
+		return tierlimit.Result{}, err
 	}
-	return []tierUnderTest{
-		remoteTier("remote token bucket", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewTokenBucket(r, lim) }),
-		remoteTier("remote gcra", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewGCRA(r, lim) }),
-		remoteTier("remote fixed window", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewFixedWindow(r, lim) }),
-		remoteTier("remote anchored window", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewAnchoredWindow(r, lim) }),
-		remoteTier("remote sliding log", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewSlidingLog(r, lim) }),
-		remoteTier("remote sliding window", func(r redis.UniversalClient) (tierlimit.Limiter, error) { return remote.NewSlidingWindow(r, lim) }),
-		{"hybrid", func(ctx context.Context, rdb redis.UniversalClient) (tierlimit.Result, error) {
-			l, err := hybrid.New(rdb, lim)
-			if err != nil {
-				return tierlimit.Result{}, err
-			}
-			defer l.Close()
-			res, err := l.AllowN(ctx, "k", 1)
-			if st := l.Stats(); st.Fallback != 0 {
-				return res, errors.New("a fallback decision, not an error")
-			}
-			return res, err
-		}},
+	defer l.Close()
+	res, err := l.AllowN(ctx, "k", 1)
+	if h, ok := l.(*hybrid.Limiter); ok && h.Stats().Fallback != 0 {
+		return res, errors.New("a fallback decision, not an error")
 	}
+	return res, err
 }
 
 // TestMisconfigurationMatrix: every Redis set-up that cannot run the
@@ -127,7 +100,10 @@ func TestMisconfigurationMatrix(t *testing.T) {
 		{"full under noeviction", redis.Options{Addr: full.Addr}, nil},
 	}
 	for _, s := range setups {
-		for _, tier := range redisTiers() {
+		for _, tier := range tiers {
+			if !tier.redis {
+				continue
+			}
 			t.Run(s.name+"/"+tier.name, func(t *testing.T) {
 				if s.before != nil {
 					s.before(t)
@@ -137,7 +113,7 @@ func TestMisconfigurationMatrix(t *testing.T) {
 				defer rdb.Close()
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
-				res, err := tier.first(cctx, rdb)
+				res, err := first(cctx, tier, rdb)
 				if !errors.Is(err, tierlimit.ErrMisconfigured) {
 					t.Fatalf("New, then Allow = %+v, %v; want an error wrapping ErrMisconfigured", res, err)
 				}
@@ -338,13 +314,16 @@ func TestWrongTopologyIsMisconfigured(t *testing.T) {
 		}},
 	}
 	for _, s := range setups {
-		for _, tier := range redisTiers() {
+		for _, tier := range tiers {
+			if !tier.redis {
+				continue
+			}
 			t.Run(s.name+"/"+tier.name, func(t *testing.T) {
 				rdb := s.rdb()
 				defer rdb.Close()
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
-				res, err := tier.first(cctx, rdb)
+				res, err := first(cctx, tier, rdb)
 				if !errors.Is(err, tierlimit.ErrMisconfigured) {
 					t.Fatalf("New, then Allow = %+v, %v; want an error wrapping ErrMisconfigured", res, err)
 				}

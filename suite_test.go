@@ -7,75 +7,24 @@ package tierlimit_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
-	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/local"
-	"github.com/tierlimit/tierlimit/remote"
 )
 
-// suiteTier is a tier under the suite.
-type suiteTier struct {
-	name string
-	make func(rdb redis.UniversalClient, l tierlimit.Limit) (closer, error)
-	// window: the algorithm counts Rate per Period (a denied call waits up
-	// to a Period, and the sliding window counter, which weighs the last
-	// window's count, a token's time more); otherwise it refills a token
-	// every Period/Rate.
-	window bool
-	// closable: the tier has a Close (the remote limiters hold nothing to
-	// release).
-	closable bool
-}
-
-// noClose gives a remote limiter the closer interface; its Close does nothing.
-type noClose struct {
-	tierlimit.Limiter
-	reset func(context.Context, string) error
-}
-
-func (n noClose) Reset(ctx context.Context, key string) error { return n.reset(ctx, key) }
-func (noClose) Close() error                                  { return nil }
-
-func remoteSuiteTier[T interface {
-	tierlimit.Limiter
-	Reset(context.Context, string) error
-}](name string, window bool, mk func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (T, error)) suiteTier {
-	return suiteTier{name: name, window: window, make: func(rdb redis.UniversalClient, l tierlimit.Limit) (closer, error) {
-		r, err := mk(rdb, l)
-		if err != nil {
-			return nil, err
-		}
-		return noClose{r, r.Reset}, nil
-	}}
-}
-
-var suiteTiers = []suiteTier{
-	{name: "local", closable: true, make: func(_ redis.UniversalClient, l tierlimit.Limit) (closer, error) { return local.New(l) }},
-	remoteSuiteTier("remote token bucket", false, remote.NewTokenBucket),
-	remoteSuiteTier("remote gcra", false, remote.NewGCRA),
-	remoteSuiteTier("remote fixed window", true, remote.NewFixedWindow),
-	remoteSuiteTier("remote anchored window", true, remote.NewAnchoredWindow),
-	remoteSuiteTier("remote sliding log", true, remote.NewSlidingLog),
-	remoteSuiteTier("remote sliding window", true, remote.NewSlidingWindow),
-	{name: "hybrid", closable: true, make: func(rdb redis.UniversalClient, l tierlimit.Limit) (closer, error) { return hybrid.New(rdb, l) }},
-}
-
-// TestEveryTier: on each tier, at 3 per 3 s: bad input is a typed error;
-// a peek charges nothing; 3 calls are admitted and the 4th denied with an
-// honest RetryAfter (the time to the next token, or to the window's end);
-// waiting it, a caller alone on the key is admitted; Reset makes the key
-// full again; after Close every call is ErrClosed.
+// TestEveryTier: on each tier, at 3 per 3 s (bad input is
+// TestInputRules's): a peek charges nothing; 3 calls are admitted and the
+// 4th denied with an honest RetryAfter (the time to the next token, or to
+// the window's end); waiting it, a caller alone on the key is admitted;
+// Reset makes the key full again; after Close every call is ErrClosed.
 func TestEveryTier(t *testing.T) {
 	s := redistest.Start(t)
 	limit := tierlimit.Limit{Rate: 3, Period: 3 * time.Second}
 	every := limit.Period / time.Duration(limit.Rate)
-	for _, tier := range suiteTiers {
+	for _, tier := range tiers {
 		t.Run(tier.name, func(t *testing.T) {
 			t.Parallel()
 			// The tiers share one Redis, and the hybrid tier's bucket is
@@ -84,29 +33,11 @@ func TestEveryTier(t *testing.T) {
 			ctx := context.Background()
 			rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
 			defer rdb.Close()
-			l, err := tier.make(rdb, limit)
+			l, err := tier.new(rdb, limit, tierOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
-
-			for _, bad := range []struct {
-				key  string
-				n    int64
-				want error
-			}{
-				{"", 1, tierlimit.ErrInvalidKey},
-				{strings.Repeat("k", tierlimit.MaxKeyLen+1), 1, tierlimit.ErrInvalidKey},
-				{key, -1, tierlimit.ErrInvalidCost},
-				{key, limit.Capacity() + 1, tierlimit.ErrInvalidCost},
-			} {
-				if _, err := l.AllowN(ctx, bad.key, bad.n); !errors.Is(err, bad.want) {
-					t.Errorf("AllowN(%d-byte key, %d) = %v, want %v", len(bad.key), bad.n, err, bad.want)
-				}
-			}
-			if err := l.Reset(ctx, ""); !errors.Is(err, tierlimit.ErrInvalidKey) {
-				t.Errorf("Reset(\"\") = %v, want ErrInvalidKey", err)
-			}
 
 			if tier.window {
 				// Start just after a window boundary, so that the drain

@@ -1,7 +1,7 @@
 package tierlimit_test
 
-// Many tenants through one limiter (design.md §6), on every tier with
-// default options and go-redis's default client: per-key limits, a plan
+// Many tenants through one limiter (design.md §6), on every token bucket
+// tier (local, remote token bucket and GCRA, hybrid) with default options and go-redis's default client: per-key limits, a plan
 // change, AllowAll, WaitN and Settle.
 
 import (
@@ -18,58 +18,7 @@ import (
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/local"
-	"github.com/tierlimit/tierlimit/remote"
 )
-
-// tenantLimiter is what every tier offers many tenants.
-type tenantLimiter interface {
-	AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-	AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error)
-	WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
-	Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error)
-}
-
-// tenantTier makes one instance of a tier: def is the default limit, f
-// the per-key limits.
-type tenantTier struct {
-	name  string
-	fleet bool // instances share the key's state in Redis
-	make  func(t *testing.T, rdb redis.UniversalClient, def tierlimit.Limit, f tierlimit.LimitFunc) tenantLimiter
-}
-
-var tenantTiers = []tenantTier{
-	{name: "local", make: func(t *testing.T, _ redis.UniversalClient, def tierlimit.Limit, f tierlimit.LimitFunc) tenantLimiter {
-		l, err := local.New(def, local.WithLimitFunc(f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
-	}},
-	{name: "remote token bucket", fleet: true, make: func(t *testing.T, rdb redis.UniversalClient, def tierlimit.Limit, f tierlimit.LimitFunc) tenantLimiter {
-		l, err := remote.NewTokenBucket(rdb, def, remote.WithLimitFunc(f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}},
-	{name: "remote gcra", fleet: true, make: func(t *testing.T, rdb redis.UniversalClient, def tierlimit.Limit, f tierlimit.LimitFunc) tenantLimiter {
-		l, err := remote.NewGCRA(rdb, def, remote.WithLimitFunc(f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}},
-	{name: "hybrid", fleet: true, make: func(t *testing.T, rdb redis.UniversalClient, def tierlimit.Limit, f tierlimit.LimitFunc) tenantLimiter {
-		l, err := hybrid.New(rdb, def, hybrid.WithLimitFunc(f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
-	}},
-}
 
 // plans is a LimitFunc: "pro:" keys get 100/s, "team:" keys 40/s with a
 // burst of 80, "org:" keys 20/s; the others the default.
@@ -86,16 +35,17 @@ func plans(key string) tierlimit.Limit {
 }
 
 // instancesOf makes n instances of tier (one for local, which shares
-// nothing), each with its own client of the Redis at addr.
-func instancesOf(t *testing.T, tier tenantTier, addr string, n int, def tierlimit.Limit, f tierlimit.LimitFunc) []tenantLimiter {
-	if !tier.fleet {
+// nothing), each with its own client of the Redis at addr, default limit
+// def and per-key limits f.
+func instancesOf(t *testing.T, tier tier, addr string, n int, def tierlimit.Limit, f tierlimit.LimitFunc) []limiter {
+	if !tier.redis {
 		n = 1
 	}
-	out := make([]tenantLimiter, n)
+	out := make([]limiter, n)
 	for i := range out {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { rdb.Close() })
-		out[i] = tier.make(t, rdb, def, f)
+		out[i] = tier.open(t, rdb, def, tierOptions{limitFunc: f})
 	}
 	return out
 }
@@ -108,7 +58,10 @@ func TestTenantsSaturated(t *testing.T) {
 	def := tierlimit.PerSecond(10)
 	keys := []string{"free:a", "pro:a", "team:a", "org:a"}
 	const run = 2 * time.Second
-	for _, tier := range tenantTiers {
+	for _, tier := range tiers {
+		if tier.window {
+			continue
+		}
 		t.Run(tier.name, func(t *testing.T) {
 			keyOf := func(k string) string { return tier.name + "/" + k } // the tiers share Redis
 			f := func(key string) tierlimit.Limit { return plans(key[strings.IndexByte(key, '/')+1:]) }
@@ -162,7 +115,10 @@ func TestTenantsSaturated(t *testing.T) {
 // burst (the key keeps its empty bucket), then the new rate.
 func TestPlanChange(t *testing.T) {
 	s := redistest.Start(t)
-	for _, tier := range tenantTiers {
+	for _, tier := range tiers {
+		if tier.window {
+			continue
+		}
 		t.Run(tier.name, func(t *testing.T) {
 			key := tier.name + "/tenant"
 			var pro atomic.Bool
@@ -247,8 +203,8 @@ func TestAllowAllOrg(t *testing.T) {
 		c = redistest.StartCluster(t)
 	}
 	for _, where := range []string{"redis", "cluster"} {
-		for _, tier := range tenantTiers {
-			if where == "cluster" && (c == nil || !tier.fleet) {
+		for _, tier := range tiers {
+			if tier.window || where == "cluster" && (c == nil || !tier.redis) {
 				continue
 			}
 			t.Run(where+"/"+tier.name, func(t *testing.T) {
@@ -257,7 +213,7 @@ func TestAllowAllOrg(t *testing.T) {
 					rdb = c.Client(t)
 				}
 				t.Cleanup(func() { rdb.Close() })
-				l := tier.make(t, rdb, tierlimit.PerSecond(1000), plans)
+				l := tier.open(t, rdb, tierlimit.PerSecond(1000), tierOptions{limitFunc: plans})
 				ctx := context.Background()
 				org := "org:" + where + tier.name
 				users := make([]string, 8)
@@ -295,7 +251,10 @@ func TestAllowAllOrg(t *testing.T) {
 // about one Redis call per admission.
 func TestWaitNTenants(t *testing.T) {
 	s := redistest.Start(t)
-	for _, tier := range tenantTiers {
+	for _, tier := range tiers {
+		if tier.window {
+			continue
+		}
 		t.Run(tier.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
@@ -308,7 +267,7 @@ func TestWaitNTenants(t *testing.T) {
 				}
 				return tierlimit.Limit{}
 			}
-			l := tier.make(t, rdb, tierlimit.PerSecond(10), slow)
+			l := tier.open(t, rdb, tierlimit.PerSecond(10), tierOptions{limitFunc: slow})
 			ctx := context.Background()
 			key := tier.name + "/k"
 			if r, err := l.AllowN(ctx, key, 10); err != nil || !r.Allowed {
@@ -358,7 +317,7 @@ func TestWaitNTenants(t *testing.T) {
 			}
 			n := calls.Calls() - before
 			t.Logf("20 waiters admitted in %v with %d Redis script calls", elapsed, n)
-			if tier.fleet && n > 3*20+10 {
+			if tier.redis && n > 3*20+10 {
 				t.Errorf("%d Redis calls for 20 waiters, want about one per admission (<= 70)", n)
 			}
 		})
@@ -369,7 +328,10 @@ func TestWaitNTenants(t *testing.T) {
 // and settles a real cost of 200: the key holds exactly 800.
 func TestSettleTenants(t *testing.T) {
 	s := redistest.Start(t)
-	for _, tier := range tenantTiers {
+	for _, tier := range tiers {
+		if tier.window {
+			continue
+		}
 		t.Run(tier.name, func(t *testing.T) {
 			l := instancesOf(t, tier, s.Addr, 1, tierlimit.PerHour(1000), plans)[0]
 			ctx := context.Background()
@@ -380,8 +342,8 @@ func TestSettleTenants(t *testing.T) {
 			if _, err := l.Settle(ctx, key, 500, 200); err != nil {
 				t.Fatal(err)
 			}
-			if c, ok := l.(interface{ Close() error }); ok && tier.fleet {
-				c.Close() // hybrid: give the lease back, so that Redis holds it all
+			if tier.redis && tier.closable {
+				l.Close() // hybrid: give the lease back, so that Redis holds it all
 				l = instancesOf(t, tier, s.Addr, 1, tierlimit.PerHour(1000), plans)[0]
 			}
 			// Close waits for its refunds at most its bound (G4): on a

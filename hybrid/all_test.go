@@ -81,35 +81,6 @@ func TestAllowAllLeaseAllOrNothing(t *testing.T) {
 	e.closeAndAudit(t, l, 106, map[string]int64{"a": 6, "b": 100})
 }
 
-func TestAllowAllBadInput(t *testing.T) {
-	e := newEnv(t)
-	l := e.limiter(t, tierlimit.PerSecond(100))
-	many := make([]tierlimit.Take, tierlimit.MaxTakes+1)
-	for i := range many {
-		many[i] = tierlimit.Take{Key: strings.Repeat("k", i+1), N: 1}
-	}
-	for _, c := range []struct {
-		name  string
-		takes []tierlimit.Take
-		want  error
-	}{
-		{"none", nil, tierlimit.ErrInvalidCost},
-		{"empty key", []tierlimit.Take{{Key: "", N: 1}}, tierlimit.ErrInvalidKey},
-		{"negative", []tierlimit.Take{{Key: "a", N: -1}}, tierlimit.ErrInvalidCost},
-		{"over burst", []tierlimit.Take{{Key: "a", N: 101}}, tierlimit.ErrInvalidCost},
-		{"over burst once added up", []tierlimit.Take{{Key: "a", N: 60}, {Key: "a", N: 41}}, tierlimit.ErrInvalidCost},
-		{"too many keys", many, tierlimit.ErrInvalidCost},
-	} {
-		if _, err := l.AllowAll(e.ctx, c.takes...); !errors.Is(err, c.want) {
-			t.Errorf("AllowAll(%s) = %v, want %v", c.name, err, c.want)
-		}
-	}
-	l.Close()
-	if _, err := l.AllowAll(e.ctx, tierlimit.Take{Key: "a", N: 1}); !errors.Is(err, tierlimit.ErrClosed) {
-		t.Errorf("AllowAll after Close = %v, want ErrClosed", err)
-	}
-}
-
 // TestAllowAllFallback decides AllowAll while Redis is gone: the keys'
 // fallback buckets decide all or nothing, and what they admit is owed to
 // Redis.

@@ -106,33 +106,6 @@ func TestSettleNeverBelowEmpty(t *testing.T) {
 	}
 }
 
-func TestSettleBadInput(t *testing.T) {
-	e := newEnv(t)
-	l := e.limiter(t, tierlimit.PerSecond(100))
-	for _, c := range []struct {
-		key           string
-		charged, used int64
-		want          error
-	}{
-		{"", 1, 1, tierlimit.ErrInvalidKey},
-		{"k", -1, 1, tierlimit.ErrInvalidCost},
-		{"k", 1, -1, tierlimit.ErrInvalidCost},
-		{"k", 101, 1, tierlimit.ErrInvalidCost},
-		{"k", 1, 101, tierlimit.ErrInvalidCost},
-	} {
-		if _, err := l.Settle(e.ctx, c.key, c.charged, c.used); !errors.Is(err, c.want) {
-			t.Errorf("Settle(%q, %d, %d) = %v, want %v", c.key, c.charged, c.used, err, c.want)
-		}
-	}
-	l.Close()
-	if _, err := l.Settle(e.ctx, "k", 1, 0); !errors.Is(err, tierlimit.ErrClosed) {
-		t.Errorf("Settle after Close = %v, want ErrClosed", err)
-	}
-	if _, err := l.WaitN(e.ctx, "k", 1); !errors.Is(err, tierlimit.ErrClosed) {
-		t.Errorf("WaitN after Close = %v, want ErrClosed", err)
-	}
-}
-
 // TestWaitN drains a 10/s key on a real Redis, with default options: a
 // waiter is admitted within about one token's refill, and a deadline that
 // cannot be met fails at once.

@@ -15,6 +15,12 @@
 // org); WaitN waits its turn for a key; Settle corrects a charge after the
 // fact (an estimate, then the real cost).
 //
+// Time comes from the clock of WithClock (default: the system's monotonic
+// clock). When an injected clock steps back, a bucket refills nothing until
+// the clock passes the latest time it has seen, so an interval stepped over
+// twice refills once. golang.org/x/time/rate differs: it moves its last
+// update back with the clock and refills the stepped-over interval again.
+//
 // Decisions are per process: N processes each admit the whole limit. For a
 // limit shared by a fleet, use the remote or hybrid packages.
 package local
@@ -61,8 +67,8 @@ type config struct {
 }
 
 // WithObserver reports every decision (AllowN, AllowAll, and WaitN's tries)
-// to o.Decision, with Latency 0 (a decision in process takes well under a
-// microsecond), and a whole charge given back (Settle with used 0) to
+// to o.Decision, with Latency 0 (a decision in process waits on nothing,
+// and reading the clock to time it would cost more than deciding), and a whole charge given back (Settle with used 0) to
 // o.GiveBack: a metrics bridge (package metrics, metrics/otelbridge) counts
 // them. Its other funcs are never called (local makes no Redis call). The
 // funcs run on the caller's goroutine, under no lock of the limiter.

@@ -86,18 +86,8 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("New(bad option) = %v, want ErrInvalidOption", err)
 		}
 	}
-	l, _ := newTest(t, tierlimit.PerSecond(5))
-	ctx := context.Background()
-	for _, c := range []struct {
-		key  string
-		n    int64
-		want error
-	}{{"", 1, tierlimit.ErrInvalidKey}, {string(make([]byte, 1025)), 1, tierlimit.ErrInvalidKey},
-		{"k", -1, tierlimit.ErrInvalidCost}, {"k", 6, tierlimit.ErrInvalidCost}} {
-		if _, err := l.AllowN(ctx, c.key, c.n); !errors.Is(err, c.want) {
-			t.Errorf("AllowN(%d-byte key, %d) = %v, want %v", len(c.key), c.n, err, c.want)
-		}
-	}
+	// The input rules of the calls, which every tier shares, are
+	// TestInputRules's, at the module's root.
 }
 
 // TestConcurrentFirstCalls checks that callers racing on a new key share

@@ -3,7 +3,6 @@ package remote
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -13,8 +12,11 @@ import (
 	"github.com/tierlimit/tierlimit"
 )
 
-// TestBadInput checks every bad input of every limiter against its error.
-// Validation happens before any network call, so the client points nowhere.
+// TestBadInput checks every bad input of every limiter's constructor, a
+// cost over the smallest of WithLimits's bursts, and bad claims and
+// refunds of the store, against their errors (the input rules every tier
+// shares are TestInputRules's, at the module's root). Validation happens
+// before any network call, so the client points nowhere.
 func TestBadInput(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
@@ -44,6 +46,7 @@ func TestBadInput(t *testing.T) {
 		{"long prefix", rdb, ok, []Option{WithPrefix(strings.Repeat("p", 65))}, tierlimit.ErrInvalidOption},
 		{"nil clock", rdb, ok, []Option{WithClientClock(nil)}, tierlimit.ErrInvalidOption},
 		{"nil option", rdb, ok, []Option{nil}, tierlimit.ErrInvalidOption},
+		{"nil LimitFunc", rdb, ok, []Option{WithLimitFunc(nil)}, tierlimit.ErrInvalidOption},
 	}
 	for _, alg := range algorithms {
 		for _, tt := range constructs {
@@ -66,113 +69,12 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("%s: New = %v", alg.name, err)
 		}
 		ctx := context.Background()
-		calls := []struct {
-			name string
-			key  string
-			n    int64
-			want error
-		}{
-			{"empty key", "", 1, tierlimit.ErrInvalidKey},
-			{"long key", strings.Repeat("k", tierlimit.MaxKeyLen+1), 1, tierlimit.ErrInvalidKey},
-			{"negative cost", "k", -1, tierlimit.ErrInvalidCost},
-			{"cost over the smallest burst", "k", 9, tierlimit.ErrInvalidCost},
-			{"max cost", "k", math.MaxInt64, tierlimit.ErrInvalidCost},
-			{"min cost", "k", math.MinInt64, tierlimit.ErrInvalidCost},
-		}
-		for _, c := range calls {
-			if _, err := d.AllowN(ctx, c.key, c.n); !errors.Is(err, c.want) {
-				t.Errorf("%s: AllowN(%s) = %v, want %v", alg.name, c.name, err, c.want)
-			}
-		}
-		if err := d.Reset(ctx, ""); !errors.Is(err, tierlimit.ErrInvalidKey) {
-			t.Errorf("%s: Reset(\"\") = %v, want ErrInvalidKey", alg.name, err)
+		// The input rules every tier shares are TestInputRules's, at the
+		// module's root; a cost over the smallest of WithLimits's bursts is
+		// remote's own.
+		if _, err := d.AllowN(ctx, "k", 9); !errors.Is(err, tierlimit.ErrInvalidCost) {
+			t.Errorf("%s: AllowN(cost over the smallest burst) = %v, want ErrInvalidCost", alg.name, err)
 		}
 	}
 
-}
-
-// TestTenantBadInput checks the new calls' input errors: bad LimitFunc
-// answers, bad takes, bad settle costs; all before any call (the client
-// points nowhere).
-func TestTenantBadInput(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
-	ctx := context.Background()
-	answers := map[string]tierlimit.Limit{
-		"neg":      {Rate: -1, Period: time.Second},
-		"noperiod": {Rate: 5},
-		"huge":     tierlimit.PerSecond(math.MaxInt64),
-		"burst":    tierlimit.PerSecond(10).WithBurst(20), // windows take no burst
-	}
-	f := func(k string) tierlimit.Limit { return answers[k] }
-	for _, alg := range algorithms {
-		l := newTenant(t, alg.new, rdb, tierlimit.PerSecond(10), WithLimitFunc(f))
-		for key := range answers {
-			if key == "burst" && !alg.windowed {
-				continue
-			}
-			if _, err := l.AllowN(ctx, key, 1); !errors.Is(err, tierlimit.ErrInvalidLimit) {
-				t.Errorf("%s: AllowN(%q) = %v, want ErrInvalidLimit", alg.name, key, err)
-			}
-			if _, err := l.AllowAll(ctx, tierlimit.Take{Key: "ok", N: 1}, tierlimit.Take{Key: key, N: 1}); !errors.Is(err, tierlimit.ErrInvalidLimit) {
-				t.Errorf("%s: AllowAll(%q) = %v, want ErrInvalidLimit", alg.name, key, err)
-			}
-			if _, err := l.Settle(ctx, key, 1, 0); !errors.Is(err, tierlimit.ErrInvalidLimit) {
-				t.Errorf("%s: Settle(%q) = %v, want ErrInvalidLimit", alg.name, key, err)
-			}
-			if _, err := l.WaitN(ctx, key, 1); !errors.Is(err, tierlimit.ErrInvalidLimit) {
-				t.Errorf("%s: WaitN(%q) = %v, want ErrInvalidLimit", alg.name, key, err)
-			}
-		}
-		takes := []struct {
-			name  string
-			takes []tierlimit.Take
-			want  error
-		}{
-			{"none", nil, tierlimit.ErrInvalidCost},
-			{"empty key", []tierlimit.Take{{Key: "", N: 1}}, tierlimit.ErrInvalidKey},
-			{"negative", []tierlimit.Take{{Key: "a", N: -1}}, tierlimit.ErrInvalidCost},
-			{"above capacity", []tierlimit.Take{{Key: "a", N: 11}}, tierlimit.ErrInvalidCost},
-			{"above capacity once merged", []tierlimit.Take{{Key: "a", N: 6}, {Key: "a", N: 5}}, tierlimit.ErrInvalidCost},
-			{"overflow", []tierlimit.Take{{Key: "a", N: math.MaxInt64}, {Key: "a", N: 1}}, tierlimit.ErrInvalidCost},
-			{"too many", manyTakes(tierlimit.MaxTakes + 1), tierlimit.ErrInvalidCost},
-		}
-		for _, tt := range takes {
-			if _, err := l.AllowAll(ctx, tt.takes...); !errors.Is(err, tt.want) {
-				t.Errorf("%s: AllowAll(%s) = %v, want %v", alg.name, tt.name, err, tt.want)
-			}
-		}
-		settles := []struct {
-			key           string
-			charged, used int64
-			want          error
-		}{
-			{"", 1, 0, tierlimit.ErrInvalidKey},
-			{"a", -1, 0, tierlimit.ErrInvalidCost},
-			{"a", 0, -1, tierlimit.ErrInvalidCost},
-			{"a", 11, 0, tierlimit.ErrInvalidCost},
-			{"a", 0, 11, tierlimit.ErrInvalidCost},
-		}
-		for _, s := range settles {
-			if _, err := l.Settle(ctx, s.key, s.charged, s.used); !errors.Is(err, s.want) {
-				t.Errorf("%s: Settle(%q, %d, %d) = %v, want %v", alg.name, s.key, s.charged, s.used, err, s.want)
-			}
-		}
-		for _, n := range []int64{-1, 11} {
-			if _, err := l.WaitN(ctx, "a", n); !errors.Is(err, tierlimit.ErrInvalidCost) {
-				t.Errorf("%s: WaitN(%d) = %v, want ErrInvalidCost", alg.name, n, err)
-			}
-		}
-		if _, err := alg.new(rdb, tierlimit.PerSecond(1), WithLimitFunc(nil)); !errors.Is(err, tierlimit.ErrInvalidOption) {
-			t.Errorf("%s: WithLimitFunc(nil) = %v, want ErrInvalidOption", alg.name, err)
-		}
-	}
-}
-
-func manyTakes(n int) []tierlimit.Take {
-	takes := make([]tierlimit.Take, n)
-	for i := range takes {
-		takes[i] = tierlimit.Take{Key: fmt.Sprint("k", i), N: 1}
-	}
-	return takes
 }

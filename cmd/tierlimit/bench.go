@@ -190,7 +190,7 @@ func writeBenchJSON(w io.Writer, srv *server, c benchConfig, ms []measurement) e
 		r.Results = append(r.Results, benchResult{
 			Strategy: m.strategy, ElapsedS: m.elapsed.Seconds(),
 			Decisions: m.decisions, DecisionsPerS: m.perSecond(),
-			P50NS: int64(m.latency.quantile(0.5)), P99NS: int64(m.latency.quantile(0.99)),
+			P50NS: int64(m.latency.Quantile(0.5)), P99NS: int64(m.latency.Quantile(0.99)),
 			RedisCalls: m.calls, RedisCallsPer1000: m.callsPer1000(),
 			Admitted: m.admitted, Allowed: m.allowed, Errors: m.errors, FirstError: m.firstErr,
 		})

@@ -158,31 +158,6 @@ func TestAllowed(t *testing.T) {
 	}
 }
 
-func TestHistogram(t *testing.T) {
-	var h histogram
-	if got := h.quantile(0.5); got != 0 {
-		t.Errorf("empty quantile(0.5) = %v, want 0", got)
-	}
-	for i := 1; i <= 1000; i++ {
-		h.add(time.Duration(i) * time.Microsecond)
-	}
-	for _, tc := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {0, time.Microsecond}, {1, time.Millisecond}} {
-		got := h.quantile(tc.q)
-		if diff := float64(got-tc.want) / float64(tc.want); diff < -0.125 || diff > 0.125 {
-			t.Errorf("quantile(%v) = %v, want %v within 12.5%%", tc.q, got, tc.want)
-		}
-	}
-	for _, ns := range []uint64{0, 1, 15, 16, 17, 1000, 1 << 40, 1<<64 - 1} {
-		i := bucketOf(ns)
-		if i < 0 || i >= histBuckets || bucketLow(i) > ns || (i+1 < histBuckets && bucketLow(i+1) <= ns) {
-			t.Errorf("bucketOf(%d) = %d: [%d, %d) does not hold it", ns, i, bucketLow(i), bucketLow(i+1))
-		}
-	}
-}
-
 func TestKeySpaceSkew(t *testing.T) {
 	for _, tc := range []struct {
 		zipf    float64

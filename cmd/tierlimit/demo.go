@@ -247,7 +247,7 @@ func printThroughput(w io.Writer, ms []measurement, instances, conc int, embedde
 	for i := range ms {
 		m := &ms[i]
 		byName[m.strategy] = m
-		t.add(m.strategy, count(int64(m.perSecond())), latency(m.latency.quantile(0.5)), latency(m.latency.quantile(0.99)),
+		t.add(m.strategy, count(int64(m.perSecond())), latency(m.latency.Quantile(0.5)), latency(m.latency.Quantile(0.99)),
 			perThousand(m.callsPer1000()), count(m.admitted), count(m.allowed), percent(m.admitted, m.allowed), count(m.errors))
 	}
 	if err := t.write(w); err != nil {

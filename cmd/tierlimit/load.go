@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/histogram"
 )
 
 // keySpace is the keys a run draws from: uniformly, or Zipf-skewed with
@@ -72,7 +73,7 @@ type measurement struct {
 	calls     int64 // Redis script calls
 	fallback  int64 // hybrid decisions made by the local fallback
 	elapsed   time.Duration
-	latency   histogram
+	latency   histogram.Histogram
 }
 
 // perSecond returns decisions per second.
@@ -106,7 +107,7 @@ type worker struct {
 	decisions, allowed int64
 	errors             int64
 	firstErr           error
-	latency            histogram
+	latency            histogram.Histogram
 }
 
 // hammer runs f's members as fast as they go for d, conc goroutines per
@@ -139,7 +140,7 @@ func hammer(ctx context.Context, f *fleet, ks keySpace, conc int, d time.Duratio
 		if w.firstErr != nil && m.firstErr == "" {
 			m.firstErr = w.firstErr.Error()
 		}
-		m.latency.merge(&w.latency)
+		m.latency.Merge(&w.latency)
 		for k, n := range w.hot {
 			demand[k] += n
 		}
@@ -177,7 +178,7 @@ func (w *worker) run(ctx context.Context, lim tierlimit.Limiter, keys []string, 
 		}
 		res, err := lim.AllowN(ctx, keys[k], 1)
 		if timed {
-			w.latency.add(time.Since(t0))
+			w.latency.Add(time.Since(t0))
 		}
 		if n%yieldEvery == 0 {
 			runtime.Gosched()

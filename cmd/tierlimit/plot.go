@@ -18,12 +18,12 @@ import (
 )
 
 // The chart is drawn by hand, with image/draw and basicfont's 7×13 bitmap
-// face, rather than with a plotting library: gonum.org/v1/plot, with its
-// font, PDF, SVG and LaTeX dependencies, cost about 10 s of a cold build on
-// 2 cores (20 s of CPU) and 21 MB of module downloads, and a first
-// "go run ./cmd/tierlimit demo" on a fresh clone must finish within a
-// minute. basicfont adds about 0.2 s (an outline font, x/image's opentype,
-// about 1 s). Every line is horizontal or vertical, so filled rectangles
+// face, rather than with a plotting library: gonum.org/v1/plot brings font,
+// PDF, SVG and LaTeX dependencies that a cold build downloads and compiles
+// (commit 5b5ffcf has the figures), and a first "go run ./cmd/tierlimit
+// demo" on a fresh clone must finish within a minute. basicfont is one
+// bitmap face with no parser (an outline font would need x/image's
+// opentype). Every line is horizontal or vertical, so filled rectangles
 // draw them all.
 
 // Colours of the chart.

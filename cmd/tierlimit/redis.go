@@ -104,10 +104,10 @@ func (s *server) client(pool int, hooks ...redis.Hook) *redis.Client {
 	o.ContextTimeoutEnabled = true
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout, ioTimeout, ioTimeout
 	// One dial attempt, and no pause after it: go-redis before v9.18
-	// sleeps DialerRetryTimeout (100 ms by default) after every failed
-	// attempt, the last too, which held each call against a dead Redis
-	// for 100 ms and opened hybrid's breakers 300 ms after the kill
-	// rather than 20.
+	// sleeps DialerRetryTimeout after every failed attempt, the last too,
+	// which holds each call against a dead Redis that long, and hybrid's
+	// breakers, which count the failures as the calls return, open that
+	// much later after a kill.
 	o.MaxRetries, o.DialerRetries, o.DialerRetryTimeout = -1, 1, time.Microsecond
 	o.PoolSize = pool
 	rdb := redis.NewClient(&o)

@@ -40,9 +40,9 @@ func (t *Table[E]) Slot(h uint64) *atomic.Pointer[E] { return &t.slots[h&uint64(
 func (t *Table[E]) Len() int { return len(t.slots) }
 
 // SampleEvery is how many of an entry's hits make one sampled use: a
-// ristretto Get misses the caches for several lines, and one in 16 hits
-// made it a tenth of local's decision on many keys
-// (BenchmarkComparePaired's profile).
+// ristretto Get misses the caches for several lines, so reporting many hits
+// puts them back on the decision's path (BenchmarkComparePaired's profile,
+// with one in 16, on many keys).
 const SampleEvery = 64
 
 // Sampled counts a hit in uses, an entry's hit counter, and reports

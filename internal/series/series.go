@@ -14,8 +14,9 @@ import (
 
 // DecisionBuckets returns the default bounds, in seconds, of decision
 // latency histograms. A decision from a lease or an in-process limiter
-// takes well under a microsecond and one that waits on Redis a round
-// trip, so they span 1 µs to 100 ms.
+// waits on nothing and falls in the lowest bucket; one that waits on Redis
+// takes a round trip, on loopback or across a network: the bounds span
+// 1 µs to 100 ms.
 func DecisionBuckets() []float64 {
 	return []float64{1e-6, 1e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1}
 }

@@ -79,8 +79,9 @@ const (
 // (asynchronous counters), so that a decision from a lease costs an atomic
 // add, not a measurement (BenchmarkDecision). For the same reason the
 // duration histogram records the decisions that waited on Redis (source
-// remote) only, unless WithAllDurations: an in-process decision takes
-// well under a microsecond, less than recording its duration would. From
+// remote) only, unless WithAllDurations: an in-process decision waits on
+// nothing and costs a few atomic operations, less than recording its
+// duration would. From
 // hybrid limiters, when collected (see hybrid.Stats; the ledger balances as
 // leased = spent + refunded + lost + held):
 //
