@@ -78,6 +78,14 @@ func (l *limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Re
 // inProcess decides from key's lease or its known block, if it can.
 func (l *limiter) inProcess(key string, h uint64, n int64) (tierlimit.Result, bool) {
 	if e, ok := l.keys.find(key, h); ok {
+		if l.cfg.limitFunc != nil {
+			// check knew no key's limit but the default's: a cost above
+			// the key's is refused by the claim (checkPolicy), even if an
+			// earlier, larger limit left the lease holding it.
+			if p := e.policy(); !p.blocked && n > p.capacity {
+				return tierlimit.Result{}, false
+			}
+		}
 		if res, ok := l.spend(e, n, tierlimit.SourceLocal); ok {
 			return res, true
 		}
@@ -105,6 +113,9 @@ func (l *limiter) check(ctx context.Context, key string, n int64) error {
 	if err := check.Key(key); err != nil {
 		return err
 	}
+	// The cost is checked here against the default limit, which is every
+	// key's without a LimitFunc; with one, against the key's own limit
+	// when the call has it (checkPolicy).
 	if n < 0 || l.cfg.limitFunc == nil && n > l.def.capacity {
 		return fmt.Errorf("hybrid: %w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.def.capacity)
 	}

@@ -103,7 +103,7 @@ func (l *limiter) checkPolicy(key string, n int64) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p != l.def && !p.blocked && (n < 0 || n > p.capacity) {
+	if !p.blocked && (n < 0 || n > p.capacity) {
 		return nil, fmt.Errorf("hybrid: %w: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
 	}
 	return p, nil
