@@ -14,7 +14,8 @@ import (
 
 // TestConcurrencyExact hammers one key from 3 clients × 32 goroutines for
 // about two periods, on the server's clock, and checks the number admitted
-// against each algorithm's bound: never above it, and at least 98% of it.
+// against each algorithm's bound: never above it, and at least 98% of what
+// the bound gives the time the callers kept asking.
 func TestConcurrencyExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for ~15 s")
@@ -98,6 +99,12 @@ func TestConcurrencyExact(t *testing.T) {
 			}
 			elapsed := end.Sub(boundary)
 			bound := exactBound(alg.name, limit, elapsed)
+			// The callers asked until the deadline; a call that returned
+			// late (a loaded machine) makes elapsed longer than the time
+			// they asked over, and the bound counts refill nobody could
+			// take (beside a busy loop: 868 admitted, bound 1003 over
+			// 2.344 s for 1.9 s of asking). The floor counts the asking.
+			floor := exactBound(alg.name, limit, deadline.Sub(start))
 			got := admitted.Load()
 			t.Logf("%s: %d admitted of %d calls in %v; bound %d (%.1f%%)",
 				alg.name, got, calls.Load(), elapsed.Round(time.Millisecond), bound, 100*float64(got)/float64(bound))
@@ -107,8 +114,8 @@ func TestConcurrencyExact(t *testing.T) {
 			if got > bound {
 				t.Errorf("admitted %d > bound %d", got, bound)
 			}
-			if float64(got) < 0.98*float64(bound) {
-				t.Errorf("admitted %d < 98%% of bound %d", got, bound)
+			if float64(got) < 0.98*float64(floor) {
+				t.Errorf("admitted %d < 98%% of %d, the bound over the %v the callers asked", got, floor, deadline.Sub(start))
 			}
 		})
 	}
