@@ -7,7 +7,6 @@ import (
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
-	"github.com/tierlimit/tierlimit/remote"
 )
 
 // Defaults of the options.
@@ -69,7 +68,7 @@ func defaults() config {
 		callBudget:       DefaultCallBudget,
 		maxKeys:          DefaultMaxKeys,
 		clock:            tierlimit.SystemClock{},
-		prefix:           remote.DefaultPrefix,
+		prefix:           store.DefaultPrefix,
 		breakerThreshold: DefaultBreakerThreshold,
 		probeInterval:    DefaultProbeInterval,
 		heartbeat:        DefaultHeartbeat,
@@ -205,9 +204,9 @@ func WithMaxKeys(n int64) Option {
 	})
 }
 
-// WithPrefix sets the Redis key prefix (default remote.DefaultPrefix), as
-// remote.WithPrefix does for the token bucket leases are claimed from: at
-// most 64 bytes, no '{' or '}'.
+// WithPrefix sets the Redis key prefix (default "tierlimit:", as
+// remote.DefaultPrefix), as remote.WithPrefix does for the token bucket
+// leases are claimed from: at most 64 bytes, no '{' or '}'.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
 		if err := store.CheckPrefix(prefix); err != nil {
