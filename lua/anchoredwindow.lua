@@ -30,8 +30,7 @@ local start, cnt, p, rate, cost, lim, dirty = {}, {}, {}, {}, {}, {}, {}
 local allowed = 1
 for i = 1, n do
   cost[i], lim[i] = tonumber(ARGV[1 + 2 * i]), ARGV[2 + 2 * i]
-  local pp, rr = string.match(lim[i], '^(%d+):(%d+)$')
-  p[i], rate[i] = tonumber(pp), tonumber(rr)
+  p[i], rate[i] = window_limit(lim[i])
   local s, c, old = pair_get(KEYS[i])
   if s ~= nil and old ~= lim[i] then
     local op = tonumber(string.match(old, '^(%d+)'))

@@ -113,6 +113,13 @@ local function pair_get(key)
   return tonumber(a), tonumber(b), lim
 end
 
+-- window_limit returns the period (µs) and rate of a window algorithm's
+-- limit as its ARGV and its state spell it: "period:rate".
+local function window_limit(s)
+  local p, r = string.match(s, '^(%d+):(%d+)$')
+  return tonumber(p), tonumber(r)
+end
+
 -- tb_limit returns the unit, per and cap of a token bucket's limit as its
 -- ARGV and its state spell it: "unit:per:cap".
 local function tb_limit(s)

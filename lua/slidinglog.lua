@@ -170,8 +170,8 @@ local dirty = {} -- entry i's state must be saved
 local allowed = 1
 
 for i = 1, n do
-  local pp, rr = string.match(ARGV[2 + 2 * i], '^(%d+):(%d+)$')
-  cost[i], p[i], rate[i] = tonumber(ARGV[1 + 2 * i]), tonumber(pp), tonumber(rr)
+  cost[i] = tonumber(ARGV[1 + 2 * i])
+  p[i], rate[i] = window_limit(ARGV[2 + 2 * i])
   local zs, hs = KEYS[2 * i - 1], KEYS[2 * i]
   local s, q, l, f, fc, z, u = parse(redis.call('GET', hs))
   sum[i], seq[i], last[i], first[i], fcost[i], zexp[i], unit[i] = s, q, l, f, fc, z, u
