@@ -4,6 +4,7 @@ package hybrid
 // (ristretto, its front table and the entries it dropped).
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -69,7 +70,7 @@ type entry struct {
 //     tokens (a claim in flight may land some after the drop) or owe some
 //     to Redis: the janitor refunds or charges them, and forgets each once
 //     it holds and owes none. A key whose entry is dropped keeps using it
-//     (lastDropped) rather than making one per call, so that its lease,
+//     (droppedFor) rather than making one per call, so that its lease,
 //     its fallback bucket and its debt stay in one place, and dropped
 //     holds at most about one entry per key;
 //   - gate, which Close shuts before it closes ristretto: ristretto's Get,
@@ -83,15 +84,15 @@ type table struct {
 	hot   *front.Table[entry]
 	gate  gate.Gate
 
-	mu          sync.Mutex
-	dropped     map[*entry]struct{}
-	lastDropped map[string]*entry // per key, its entry last dropped, while in dropped
+	mu       sync.Mutex
+	dropped  map[string][]*entry // per key, its dropped entries the table follows, the last dropped last
+	ndropped int64               // the entries in dropped
 
 	retire func(*entry) // counts a dropped entry's decisions for the last time (limiter.retire)
 }
 
 func newTable(maxKeys int64, retire func(*entry)) (*table, error) {
-	t := &table{hot: front.New[entry](maxKeys), dropped: make(map[*entry]struct{}), lastDropped: make(map[string]*entry), retire: retire}
+	t := &table{hot: front.New[entry](maxKeys), dropped: make(map[string][]*entry), retire: retire}
 	var err error
 	t.cache, err = ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        maxKeys * 10,
@@ -178,18 +179,29 @@ func (t *table) drop(e *entry) {
 // that lands tokens in an evicted entry calls it after adding them.
 func (t *table) keep(e *entry) {
 	t.mu.Lock()
-	t.dropped[e] = struct{}{}
-	t.lastDropped[e.key] = e
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	es := t.dropped[e.key]
+	if i := slices.Index(es, e); i >= 0 {
+		// Followed already: it is the key's last dropped entry again.
+		es = append(slices.Delete(es, i, i+1), e)
+	} else {
+		es = append(es, e)
+		t.ndropped++
+	}
+	t.dropped[e.key] = es
 }
 
 // droppedFor returns key's entry that ristretto dropped, if the table still
 // follows one and Reset has not made it stale.
 func (t *table) droppedFor(key string) (*entry, bool) {
 	t.mu.Lock()
-	e, ok := t.lastDropped[key]
+	es := t.dropped[key]
+	var e *entry
+	if len(es) > 0 {
+		e = es[len(es)-1]
+	}
 	t.mu.Unlock()
-	return e, ok && !e.stale.Load()
+	return e, e != nil && !e.stale.Load()
 }
 
 // holding returns every entry that holds tokens, owes some to Redis, or
@@ -221,15 +233,16 @@ func (t *table) cached() []*entry {
 func (t *table) droppedLen() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return int64(len(t.dropped))
+	return t.ndropped
 }
 
+// droppedNow returns the dropped entries the table follows.
 func (t *table) droppedNow() []*entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]*entry, 0, len(t.dropped))
-	for e := range t.dropped {
-		out = append(out, e)
+	out := make([]*entry, 0, t.ndropped)
+	for _, es := range t.dropped {
+		out = append(out, es...)
 	}
 	return out
 }
@@ -240,15 +253,22 @@ func (t *table) droppedNow() []*entry {
 // calls keep, and forget checks them under mu.
 func (t *table) forget(e *entry) (gone bool) {
 	t.mu.Lock()
-	if e.tokens.Load() == 0 && e.owed.Load() == 0 && !e.lost.Load() {
-		_, gone = t.dropped[e]
-		delete(t.dropped, e)
-		if t.lastDropped[e.key] == e {
-			delete(t.lastDropped, e.key)
-		}
+	defer t.mu.Unlock()
+	if e.tokens.Load() != 0 || e.owed.Load() != 0 || e.lost.Load() {
+		return false
 	}
-	t.mu.Unlock()
-	return gone
+	es := t.dropped[e.key]
+	i := slices.Index(es, e)
+	if i < 0 {
+		return false
+	}
+	t.ndropped--
+	if len(es) == 1 {
+		delete(t.dropped, e.key)
+	} else {
+		t.dropped[e.key] = slices.Delete(es, i, i+1)
+	}
+	return true
 }
 
 // each calls f for every entry the table holds: ristretto's and the
