@@ -5,7 +5,6 @@ package hybrid
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -82,7 +81,7 @@ func (l *limiter) inProcess(key string, h uint64, n int64) (tierlimit.Result, bo
 			// check knew no key's limit but the default's: a cost above
 			// the key's is refused by the claim (checkPolicy), even if an
 			// earlier, larger limit left the lease holding it.
-			if p := e.policy(); !p.blocked && n > p.capacity {
+			if !e.policy().fits(n) {
 				return tierlimit.Result{}, false
 			}
 		}
@@ -113,11 +112,13 @@ func (l *limiter) check(ctx context.Context, key string, n int64) error {
 	if err := check.Key(key); err != nil {
 		return err
 	}
-	// The cost is checked here against the default limit, which is every
-	// key's without a LimitFunc; with one, against the key's own limit
-	// when the call has it (checkPolicy).
-	if n < 0 || l.cfg.limitFunc == nil && n > l.def.capacity {
-		return fmt.Errorf("hybrid: %w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, l.def.capacity)
+	// Without a LimitFunc every key's limit is the default's; with one, a
+	// key's own limit is checked where the call has it (inProcess,
+	// checkPolicy), and only a negative cost here.
+	if l.cfg.limitFunc == nil || n < 0 {
+		if err := l.def.checkCost(key, n); err != nil {
+			return err
+		}
 	}
 	return ctx.Err()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/perlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/wait"
 	"golang.org/x/sync/singleflight"
@@ -36,9 +37,9 @@ type Limiter struct {
 
 // limiter is a Limiter's state and logic (see Limiter).
 type limiter struct {
-	limit    tierlimit.Limit // the default (New's)
-	def      *policy         // the default's
-	pols     policies        // the other limits' (WithLimitFunc)
+	limit    tierlimit.Limit         // the default (New's)
+	def      *policy                 // the default's
+	pols     perlimit.Cache[*policy] // the other limits' (WithLimitFunc)
 	cfg      config
 	rdb      redis.UniversalClient
 	bucket   *store.Limiter
@@ -167,7 +168,6 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	l := &limiter{
 		limit:    limit,
 		def:      def,
-		pols:     policies{byLimit: map[tierlimit.Limit]*policy{}},
 		cfg:      cfg,
 		rdb:      rdb,
 		bucket:   bucket,

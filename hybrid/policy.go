@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sync"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -85,17 +84,6 @@ func newPolicy(limit tierlimit.Limit, cfg *config) *policy {
 	return p
 }
 
-// maxPolicies bounds the policies a Limiter keeps for its LimitFunc's
-// limits: beyond it, a limit's policy is made for each claim.
-const maxPolicies = 1024
-
-// policies holds the policy of each limit a LimitFunc answered, so that a
-// key's claims find theirs without validating or allocating.
-type policies struct {
-	mu      sync.RWMutex
-	byLimit map[tierlimit.Limit]*policy
-}
-
 // checkPolicy returns key's policy (see policyFor), having checked that a
 // cost of n fits its limit (tierlimit.ErrInvalidCost).
 func (l *limiter) checkPolicy(key string, n int64) (*policy, error) {
@@ -103,10 +91,24 @@ func (l *limiter) checkPolicy(key string, n int64) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !p.blocked && (n < 0 || n > p.capacity) {
-		return nil, fmt.Errorf("hybrid: %w: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
+	if err := p.checkCost(key, n); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// fits reports whether a cost of n keeps p's rule, the one of every
+// method's cost: between 0 and p's capacity, and any n >= 0 for a blocked
+// key (denied, not refused).
+func (p *policy) fits(n int64) bool { return n >= 0 && (p.blocked || n <= p.capacity) }
+
+// checkCost returns an error wrapping tierlimit.ErrInvalidCost for a cost
+// of key that does not fit p (see fits).
+func (p *policy) checkCost(key string, n int64) error {
+	if p.fits(n) {
+		return nil
+	}
+	return fmt.Errorf("hybrid: %w: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.capacity)
 }
 
 // policyFor returns key's policy, asking the LimitFunc at most once per
@@ -217,28 +219,19 @@ func (l *limiter) policyOf(key string) (*policy, error) {
 	case tierlimit.Blocked:
 		return barredPolicy, nil
 	}
-	ps := &l.pols
-	ps.mu.RLock()
-	p, ok := ps.byLimit[limit]
-	ps.mu.RUnlock()
-	if ok {
-		return p, nil
-	}
-	if err := limit.Validate(); err != nil {
-		return nil, fmt.Errorf("hybrid: limit of key %q: %w", key, err)
-	}
-	p = newPolicy(limit, &l.cfg)
-	p.own = limit
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if q, ok := ps.byLimit[limit]; ok {
-		return q, nil
-	}
-	if len(ps.byLimit) < maxPolicies {
+	p, _, err := l.pols.Get(limit, func() (*policy, error) {
+		if err := limit.Validate(); err != nil {
+			return nil, fmt.Errorf("hybrid: %w (limit of key %q)", err, key)
+		}
+		p := newPolicy(limit, &l.cfg)
+		p.own = limit
+		// Stats.Limits reads the counts of the policies the cache keeps;
+		// past perlimit.Max limits, one made anew at each call counts in
+		// the totals only.
 		p.counts = new(policyCounts)
-		ps.byLimit[limit] = p
-	}
-	return p, nil
+		return p, nil
+	})
+	return p, err
 }
 
 // policy returns the policy e's key follows: the one of its last claim.

@@ -4,7 +4,6 @@ package hybrid
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
 	"github.com/tierlimit/tierlimit"
@@ -56,10 +55,10 @@ func (l *limiter) settle(ctx context.Context, key string, charged, used int64) (
 	if p.blocked {
 		return barred(), nil // nothing to correct: the key takes nothing
 	}
-	capacity := p.capacity
-	if charged < 0 || used < 0 || charged > capacity || used > capacity {
-		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: settle of %d charged, %d used: each must be between 0 and %d",
-			tierlimit.ErrInvalidCost, charged, used, capacity)
+	for _, n := range [...]int64{charged, used} {
+		if err := p.checkCost(key, n); err != nil {
+			return tierlimit.Result{}, err
+		}
 	}
 	h := keyHash(key)
 	if !l.keys.enter(h) {

@@ -162,12 +162,8 @@ func (l *limiter) limitStats(allowed, denied int64) []LimitStats {
 	if l.cfg.limitFunc == nil {
 		return []LimitStats{{Limit: l.limit, Allowed: allowed, Denied: denied}}
 	}
-	l.pols.mu.RLock()
-	pols := make([]*policy, 0, len(l.pols.byLimit))
-	for _, p := range l.pols.byLimit {
-		pols = append(pols, p)
-	}
-	l.pols.mu.RUnlock()
+	var pols []*policy
+	l.pols.Each(func(_ tierlimit.Limit, p *policy) { pols = append(pols, p) })
 	out := make([]LimitStats, 1, 1+len(pols))
 	for _, p := range pols {
 		ls := LimitStats{Limit: p.limit}

@@ -3,7 +3,6 @@ package store
 import (
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
@@ -80,7 +79,7 @@ func (l *Limiter) planOf(key string) (*plan, error) {
 	}
 	p, err := l.planFor(lim)
 	if err != nil {
-		return nil, fmt.Errorf("limit of key %q: %w", key, err)
+		return nil, fmt.Errorf("%w (limit of key %q)", err, key)
 	}
 	return p, nil
 }
@@ -91,42 +90,13 @@ func (l *Limiter) planFor(lim tierlimit.Limit) (*plan, error) {
 	if lim == (tierlimit.Limit{}) || lim == l.def.limits[0] {
 		return l.def, nil
 	}
-	if p := l.plans.get(lim); p != nil {
-		return p, nil
-	}
-	if err := l.alg.check(lim); err != nil {
-		return nil, err
-	}
-	limits := append([]tierlimit.Limit{lim}, l.def.limits[1:]...)
-	p := l.newPlan(limits)
-	l.plans.put(lim, p)
-	return p, nil
-}
-
-// maxPlans bounds planCache: the limits a LimitFunc answers are a few
-// plans, not one per key; past the bound the cache starts over.
-const maxPlans = 1024
-
-// planCache holds the plans of limits other than the default. The zero
-// value is empty and ready. It is safe for concurrent use.
-type planCache struct {
-	mu sync.Mutex
-	m  map[tierlimit.Limit]*plan
-}
-
-func (c *planCache) get(lim tierlimit.Limit) *plan {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[lim]
-}
-
-func (c *planCache) put(lim tierlimit.Limit, p *plan) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxPlans {
-		c.m = make(map[tierlimit.Limit]*plan)
-	}
-	c.m[lim] = p
+	p, _, err := l.plans.Get(lim, func() (*plan, error) {
+		if err := l.alg.check(lim); err != nil {
+			return nil, err
+		}
+		return l.newPlan(append([]tierlimit.Limit{lim}, l.def.limits[1:]...)), nil
+	})
+	return p, err
 }
 
 // LimitFor returns the limit key is decided under at position 0:

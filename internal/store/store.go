@@ -18,6 +18,7 @@ import (
 
 	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/logline"
+	"github.com/tierlimit/tierlimit/internal/perlimit"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,7 @@ type Limiter struct {
 	cluster bool
 
 	// plans caches the plans of LimitFunc's answers (and Claim.Limit's).
-	plans planCache
+	plans perlimit.Cache[*plan]
 
 	// The observer's funcs (WithObserver), nil when not observed: the
 	// unobserved path reads no clock.
@@ -176,11 +177,11 @@ func build(alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) 
 // wrapping tierlimit.ErrInvalidLimit if not.
 func (a *Algorithm) check(lim tierlimit.Limit) error {
 	if err := lim.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", a.name, err)
+		return fmt.Errorf("%w (%s)", err, a.name)
 	}
 	if a.validate != nil {
 		if err := a.validate(lim); err != nil {
-			return fmt.Errorf("%s: %w", a.name, err)
+			return fmt.Errorf("%w (%s)", err, a.name)
 		}
 	}
 	return nil
