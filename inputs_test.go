@@ -158,8 +158,17 @@ func checkInputRules(t *testing.T, name string, tier tier, l limiter, perKey, in
 		if c.perKey && !perKey {
 			continue
 		}
-		if err := c.call(ctx, l); !errors.Is(err, c.want) {
+		err := c.call(ctx, l)
+		if !errors.Is(err, c.want) {
 			t.Errorf("%s: %s = %v, want %v", name, c.name, err, c.want)
+			continue
+		}
+		// One error form: the package the caller called, then the
+		// sentinel, then the detail, no other package's prefix.
+		pkg := strings.Fields(tier.name)[0]
+		if msg := err.Error(); !strings.HasPrefix(msg, pkg+": "+c.want.Error()) || strings.Count(msg, ": tierlimit: ") != 1 ||
+			strings.Contains(msg[len(pkg)+2:], "hybrid: ") || strings.Contains(msg[len(pkg)+2:], "remote: ") || strings.Contains(msg[len(pkg)+2:], "local: ") {
+			t.Errorf("%s: %s = %q, want %q then the detail", name, c.name, msg, pkg+": "+c.want.Error())
 		}
 	}
 	if inRedis {

@@ -78,9 +78,10 @@ func checkBlockedCost(key string, n int64) error {
 	return nil
 }
 
-// keyError adds the package and key to an error about key's limit or cost.
+// keyError adds the package, before, and the key, after, to an error about
+// key's limit or cost.
 func keyError(key string, err error) error {
-	return fmt.Errorf("local: key %q: %w", key, err)
+	return fmt.Errorf("local: %w (key %q)", err, key)
 }
 
 // AllowAll decides takes together, each key at its own limit: it takes

@@ -127,7 +127,7 @@ func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 			return nil, 0, err
 		}
 		if err := p.checkCost(t.N); err != nil {
-			return nil, 0, fmt.Errorf("take of key %q: %w", t.Key, err)
+			return nil, 0, fmt.Errorf("%w (take of key %q)", err, t.Key)
 		}
 		total += min(t.N, (1<<62)-total) // a sum for the observer only
 		if p == blockedPlan {

@@ -80,7 +80,7 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	}
 	p, err := l.planFor(c.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("claim's limit: %w", err)
+		return nil, fmt.Errorf("%w (the claim's limit)", err)
 	}
 	if err := p.check(key, c.Want); err != nil {
 		return nil, err
@@ -216,7 +216,7 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 	for i, r := range refunds {
 		p, err := l.planFor(r.Limit)
 		if err != nil {
-			return refunds, fmt.Errorf("refund's limit: %w", err)
+			return refunds, fmt.Errorf("%w (the refund's limit)", err)
 		}
 		if r.N == 0 {
 			err = p.check(r.Key, 1) // what replies never delivered only: the key's check
