@@ -235,3 +235,37 @@ func TestAllowAllFallbackAboveShare(t *testing.T) {
 		t.Fatalf("AllowAll(b 5, a 1) from fallbacks of burst 3 = %+v, %v; want a fallback denial", r, err)
 	}
 }
+
+// TestRefundAfterADowngrade: a key that leased under a large limit, then
+// got a smaller one from its LimitFunc, gives its lease back at the
+// janitor's refund like any other key: its lease may hold more than the
+// new limit's capacity, which the bucket's ledger caps, not the refund's
+// input check (that check once failed the whole batch: every key's
+// refund in it counted lost).
+func TestRefundAfterADowngrade(t *testing.T) {
+	e := newEnv(t)
+	var small atomic.Bool
+	l := e.limiter(t, tierlimit.PerHour(1000), WithLeaseBounds(100, 100), WithLimitFunc(func(key string) tierlimit.Limit {
+		if small.Load() && key == "k" {
+			return tierlimit.PerHour(10)
+		}
+		return tierlimit.Limit{}
+	}))
+	for _, key := range []string{"k", "other"} {
+		if r, err := l.Allow(e.ctx, key); err != nil || !r.Allowed {
+			t.Fatalf("Allow(%s) = %+v, %v", key, r, err)
+		}
+	}
+	small.Store(true)
+	e.step(DefaultLeaseTTL) // k's entry asks its LimitFunc again: its lease is k's under 10/1h
+	if lim, err := l.LimitFor("k"); err != nil || lim != tierlimit.PerHour(10) {
+		t.Fatalf("LimitFor(k) after the downgrade = %v, %v; want 10/1h", lim, err)
+	}
+	if err := l.refundHeld(e.clock.Now(), true); err != nil {
+		t.Fatalf("refund: %v", err)
+	}
+	st := l.Stats()
+	if st.Lost != 0 || st.Held != 0 || st.Leased != st.Spent+st.Refunded {
+		t.Errorf("after the refund: %+v; want nothing lost or held, leased = spent + refunded", st)
+	}
+}

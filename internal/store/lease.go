@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // Claim asks Lease for between Min and Want tokens.
@@ -169,7 +170,7 @@ func (l *Limiter) takeArgs(n int64, p *plan) []any {
 // Refund gives N unspent tokens back to Key.
 type Refund struct {
 	Key string
-	N   int64 // 0 < N <= capacity
+	N   int64 // leased tokens given back, 0 <= N <= tierlimit.MaxRate (the ledger takes back at most the holder's record)
 	// Limit is the key's limit, as Claim.Limit: the zero Limit means the
 	// Limiter's default. The bucket is filled up to its capacity at most.
 	Limit tierlimit.Limit
@@ -218,17 +219,15 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		if err != nil {
 			return refunds, fmt.Errorf("%w (the refund's limit)", err)
 		}
-		if r.N == 0 {
-			err = p.check(r.Key, 1) // what replies never delivered only: the key's check
-		} else {
-			err = p.check(r.Key, r.N)
-		}
-		if err != nil {
+		if err := check.Key(r.Key); err != nil {
 			return refunds, err
 		}
-		if r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN {
-			return refunds, fmt.Errorf("%w: refund %+v needs 0 <= Received and 0 <= Spent <= %d",
-				tierlimit.ErrInvalidCost, r, p.maxN)
+		// N may pass the limit's capacity: a lease claimed under a larger
+		// limit, the key's before a downgrade. The ledger gives back at
+		// most what the holder's record holds.
+		if r.N < 0 || r.N > tierlimit.MaxRate || r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN {
+			return refunds, fmt.Errorf("%w: refund %+v needs 0 <= N <= %d, 0 <= Received and 0 <= Spent <= %d",
+				tierlimit.ErrInvalidCost, r, int64(tierlimit.MaxRate), p.maxN)
 		}
 		plans[i] = p
 		if len(r.ID) > 64 {

@@ -304,7 +304,7 @@ func TestLeaseLedgerInput(t *testing.T) {
 		{Refund{Key: "k", N: 1}, tierlimit.ErrInvalidKey}, // no holder
 		{Refund{Key: "", N: 1, Holder: "a", Gen: 2}, tierlimit.ErrInvalidKey},
 		{Refund{Key: "k", N: -1, Holder: "a", Gen: 2}, tierlimit.ErrInvalidCost},
-		{Refund{Key: "k", N: 11, Holder: "a", Gen: 2}, tierlimit.ErrInvalidCost},
+		{Refund{Key: "k", N: tierlimit.MaxRate + 1, Holder: "a", Gen: 2}, tierlimit.ErrInvalidCost},
 		{Refund{Key: "k", Spent: 11, Holder: "a", Gen: 2}, tierlimit.ErrInvalidCost},
 	} {
 		if failed, err := ledger.Refund(ctx, r.r); !errors.Is(err, r.want) || len(failed) != 1 {
