@@ -485,9 +485,9 @@ func TestFaultSlowRedis(t *testing.T) {
 
 // TestFaultFlush: SCRIPT FLUSH and FLUSHALL every 100 ms under load. No
 // caller error; after SCRIPT FLUSH no call fails with NOSCRIPT, the
-// fallback admits nothing, and Redis holds at most capacity - admitted -
-// Stats.Lost for the keys (nothing minted), at most 1% of the leased tokens
-// less (stranded by lost replies); after FLUSHALL, which forgets the
+// fallback decides only while the breaker is open (for slowness), and Redis holds at most capacity - admitted -
+// Stats.Lost for the keys (nothing minted), and less only by what failed
+// calls' lost replies stranded; after FLUSHALL, which forgets the
 // buckets, the ledger still balances.
 func TestFaultFlush(t *testing.T) {
 	if testing.Short() {
@@ -592,17 +592,25 @@ func TestFaultFlush(t *testing.T) {
 			// L2, and is counted so). What a claim's lost reply granted is
 			// handed over by the holder's next claim or refund while its
 			// record lives; past it, it is stranded, unseen by Stats, until
-			// the bucket refills: a backstop of 1% of what was leased.
+			// the bucket refills (bounded below).
 			var held, want int64
 			for k, level := range levels(t, admin, limit, res.admitted) {
 				held += level
 				want += limit.Capacity() - res.admitted[k]
 			}
 			want -= st.Lost
-			t.Logf("Redis holds %d for the keys; capacity - admitted - lost = %d (%d stranded)", held, want, want-held)
-			if held > want || want-held > st.Leased/100 {
-				t.Errorf("Redis holds %d for the keys after %d admitted, want at most %d (capacity - admitted - %d lost) and at least %d (1%% of %d leased stranded)",
-					held, admitted, want, st.Lost, want-st.Leased/100, st.Leased)
+			// Stranded: what replies that never arrived granted, taken
+			// back by no refund inside its record's life (Stats cannot
+			// count a grant it never heard of). None without a failed
+			// call; at most a lease per key per failed call (a refill
+			// claims for many keys in one). A fixed 1% of what was leased
+			// failed CI under -race: 208,690 of 2.2M after 3 failed calls.
+			maxLease := limit.Capacity() / hybrid.DefaultLeaseShare
+			strandable := st.RedisErrors * int64(len(res.admitted)) * maxLease
+			t.Logf("Redis holds %d for the keys; capacity - admitted - lost = %d (%d stranded, at most %d)", held, want, want-held, strandable)
+			if held > want || want-held > strandable {
+				t.Errorf("Redis holds %d for the keys after %d admitted, want at most %d (capacity - admitted - %d lost) and at least %d (a lease per key stranded by each of %d failed calls)",
+					held, admitted, want, st.Lost, want-strandable, st.RedisErrors)
 			}
 		})
 	}
