@@ -219,7 +219,7 @@ func (l *limiter) policyOf(key string) (*policy, error) {
 	case tierlimit.Blocked:
 		return barredPolicy, nil
 	}
-	p, _, err := l.pols.Get(limit, func() (*policy, error) {
+	return l.pols.Get(limit, func() (*policy, error) {
 		if err := limit.Validate(); err != nil {
 			return nil, fmt.Errorf("hybrid: %w (limit of key %q)", err, key)
 		}
@@ -231,7 +231,6 @@ func (l *limiter) policyOf(key string) (*policy, error) {
 		p.counts = new(policyCounts)
 		return p, nil
 	})
-	return p, err
 }
 
 // policy returns the policy e's key follows: the one of its last claim.

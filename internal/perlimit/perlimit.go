@@ -22,31 +22,31 @@ type Cache[V any] struct {
 }
 
 // Get returns lim's value, made by build (which validates lim) if the
-// cache has none: kept reports whether the cache holds it, which the
-// first caller's build decides, once; build's error is returned as it is.
-func (c *Cache[V]) Get(lim tierlimit.Limit, build func() (V, error)) (v V, kept bool, err error) {
+// cache has none, and kept unless the cache holds Max already; build's
+// error is returned as it is.
+func (c *Cache[V]) Get(lim tierlimit.Limit, build func() (V, error)) (V, error) {
 	c.mu.RLock()
 	v, ok := c.m[lim]
 	c.mu.RUnlock()
 	if ok {
-		return v, true, nil
+		return v, nil
 	}
-	if v, err = build(); err != nil {
-		return v, false, err
+	v, err := build()
+	if err != nil {
+		return v, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w, ok := c.m[lim]; ok {
-		return w, true, nil
+		return w, nil
 	}
-	if len(c.m) >= Max {
-		return v, false, nil
+	if len(c.m) < Max {
+		if c.m == nil {
+			c.m = map[tierlimit.Limit]V{}
+		}
+		c.m[lim] = v
 	}
-	if c.m == nil {
-		c.m = map[tierlimit.Limit]V{}
-	}
-	c.m[lim] = v
-	return v, true, nil
+	return v, nil
 }
 
 // Each calls f for every value kept.

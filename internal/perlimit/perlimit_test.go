@@ -13,16 +13,16 @@ func TestCache(t *testing.T) {
 	var c Cache[*int]
 	made := 0
 	mk := func() (*int, error) { made++; v := made; return &v, nil }
-	a, kept, err := c.Get(tierlimit.PerSecond(1), mk)
-	if err != nil || !kept || *a != 1 {
-		t.Fatalf("first Get = %v, %v, %v; want 1, kept", *a, kept, err)
+	a, err := c.Get(tierlimit.PerSecond(1), mk)
+	if err != nil || *a != 1 {
+		t.Fatalf("first Get = %v, %v; want 1", *a, err)
 	}
-	if b, kept, _ := c.Get(tierlimit.PerSecond(1), mk); b != a || !kept || made != 1 {
-		t.Errorf("second Get made %d values, returned another: want the first, kept", made)
+	if b, _ := c.Get(tierlimit.PerSecond(1), mk); b != a || made != 1 {
+		t.Errorf("second Get made %d values, or returned another: want the first", made)
 	}
 	bad := errors.New("bad limit")
-	if _, kept, err := c.Get(tierlimit.PerSecond(2), func() (*int, error) { return nil, bad }); err != bad || kept {
-		t.Errorf("Get with a failing make = %v, kept %v; want its error, not kept", err, kept)
+	if _, err := c.Get(tierlimit.PerSecond(2), func() (*int, error) { return nil, bad }); err != bad {
+		t.Errorf("Get with a failing build = %v, want its error", err)
 	}
 	for i := range Max + 10 {
 		c.Get(tierlimit.Limit{Rate: int64(i + 10), Period: time.Second}, mk)
@@ -32,10 +32,11 @@ func TestCache(t *testing.T) {
 	if n != Max {
 		t.Errorf("the cache keeps %d values after %d limits, want Max, %d", n, Max+11, Max)
 	}
-	if v, _, _ := c.Get(tierlimit.PerSecond(1), mk); v != a {
+	if v, _ := c.Get(tierlimit.PerSecond(1), mk); v != a {
 		t.Error("a value kept before the cache filled up is gone")
 	}
-	if _, kept, _ := c.Get(tierlimit.PerHour(7), mk); kept {
+	v1, _ := c.Get(tierlimit.PerHour(7), mk)
+	if v2, _ := c.Get(tierlimit.PerHour(7), mk); v1 == v2 {
 		t.Error("a limit past Max is kept")
 	}
 }
@@ -49,7 +50,7 @@ func TestCacheConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], _, _ = c.Get(tierlimit.PerSecond(5), func() (*int, error) { return new(int), nil })
+			got[i], _ = c.Get(tierlimit.PerSecond(5), func() (*int, error) { return new(int), nil })
 		}()
 	}
 	wg.Wait()

@@ -90,13 +90,12 @@ func (l *Limiter) planFor(lim tierlimit.Limit) (*plan, error) {
 	if lim == (tierlimit.Limit{}) || lim == l.def.limits[0] {
 		return l.def, nil
 	}
-	p, _, err := l.plans.Get(lim, func() (*plan, error) {
+	return l.plans.Get(lim, func() (*plan, error) {
 		if err := l.alg.check(lim); err != nil {
 			return nil, err
 		}
 		return l.newPlan(append([]tierlimit.Limit{lim}, l.def.limits[1:]...)), nil
 	})
-	return p, err
 }
 
 // LimitFor returns the limit key is decided under at position 0:
