@@ -14,8 +14,10 @@ import (
 // taken, used is what they really cost (an LLM request charged its
 // estimate, then its real number of tokens). When used < charged the
 // difference is given back, never above the key's Burst; when used >
-// charged the difference is taken too, never below empty: the events
-// happened, so Settle never denies. Both must be between 0 and the key's
+// charged the difference is taken too, and what the key lacks of it is
+// debt, down to minus its Burst: the events happened, so Settle never
+// denies, and the key is denied (RetryAfter counting the debt) until its
+// rate has repaid it (docs/design.md, "Debt"). Both must be between 0 and the key's
 // Burst (tierlimit.ErrInvalidCost). charged is trusted: a give-back of
 // tokens that were never charged refills the key all the same, up to its
 // Burst.
@@ -117,7 +119,10 @@ func (l *limiter) giveToLease(e *entry, d int64) bool {
 		return false
 	}
 	defer mu.Unlock()
-	if e.stale.Load() || e.evicted.Load() || e.expires.Load() <= l.now() {
+	now := l.now()
+	if e.stale.Load() || e.evicted.Load() || e.expires.Load() <= now || knownShort(e, now) {
+		// A key Redis is known to be short on (in debt, say) takes the
+		// tokens there, where they repay what it lacks first.
 		return false
 	}
 	size := e.lastSize.Load()
@@ -184,12 +189,24 @@ func (l *limiter) giveToRedis(e *entry, d int64) {
 		// capacity (less what other holders hold): what Settle's Result
 		// reports.
 		e.remote.Store(min(max(0, e.remote.Load())+r.N+r.Spent, p.capacity))
+		// What blocked the key may be repaid: the next call asks Redis.
+		if until := e.blockedUntil.Load(); until != bar {
+			e.blockedUntil.CompareAndSwap(until, 0)
+		}
 	}
 }
 
-// takeFromRedis takes up to d tokens from e's bucket in one call, as a
-// charge-back does: what the bucket lacks is not taken (never below empty).
-// If the call fails, e owes d, charged when Redis answers again. Tokens a
+// knownShort reports whether Redis is known to hold too few tokens for
+// e's key at now (blocked, or in debt), a key the LimitFunc bars aside.
+func knownShort(e *entry, now int64) bool {
+	until := e.blockedUntil.Load()
+	return until != bar && now < until
+}
+
+// takeFromRedis takes d tokens from e's bucket in one call: what the
+// bucket lacks is its debt, down to minus its capacity (store.Claim.Debt).
+// If the call fails, e owes d, charged when Redis answers again as the
+// fallback's admissions are (up to what the bucket holds then). Tokens a
 // refill landed in e's lease since the caller looked are taken first,
 // under the key lock, which refills hold until they land: it reports
 // whether Redis was called.
@@ -200,7 +217,9 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 	if d -= l.takeUpTo(e, d); d == 0 || e.stale.Load() {
 		return false
 	}
-	granted, res, ev, err := l.leaseCall(ctx, "settle", e.key, l.claimOf(e, 0, d))
+	c := l.claimOf(e, 0, d)
+	c.Debt = true // what the bucket lacks of d is its debt
+	granted, res, ev, err := l.leaseCall(ctx, "settle", e.key, c)
 	l.report(&ev)
 	l.replied(e, granted, err)
 	if err != nil {
@@ -219,7 +238,15 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 		granted = d
 	}
 	l.stats.leased.Add(granted) // spent by the events settled
+	now := l.now()
 	e.remote.Store(res.Remaining)
-	e.lastClaim.Store(l.now())
+	e.lastClaim.Store(now)
+	if debt := d - granted; debt > 0 {
+		// The bucket lacked debt tokens: it is at least that far below
+		// empty (down to minus its capacity), and no call is admitted
+		// before the rate has repaid them and accrued one more.
+		p := e.policy()
+		e.blockedUntil.Store(now + int64(p.refillTime(min(debt, p.capacity)+1)))
+	}
 	return true
 }

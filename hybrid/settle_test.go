@@ -85,24 +85,82 @@ func TestSettleGiveBackPastTheLease(t *testing.T) {
 	e.closeAndAudit(t, l, 4, map[string]int64{"k": 4})
 }
 
-// TestSettleNeverBelowEmpty takes more than the bucket holds: it empties,
-// and Settle is not denied.
-func TestSettleNeverBelowEmpty(t *testing.T) {
+// TestSettleDebt takes more than the bucket holds: the rest is debt, down
+// to minus the capacity, and the key is denied, with a RetryAfter that
+// counts the debt (at least the exact one-bucket answer, at most a refill
+// interval more: G2), until the rate has repaid it.
+func TestSettleDebt(t *testing.T) {
+	tests := []struct {
+		name      string
+		settles   [][2]int64 // charged, used
+		wantLevel int64      // after the settles: the bucket's level, 10 before them
+	}{
+		{name: "into debt", settles: [][2]int64{{10, 60}}, wantLevel: -40},
+		{name: "exactly empty", settles: [][2]int64{{0, 10}}, wantLevel: 0},
+		{name: "the floor is minus the capacity", settles: [][2]int64{{10, 60}, {0, 100}}, wantLevel: -100},
+		{name: "a give-back repays", settles: [][2]int64{{10, 60}, {30, 0}}, wantLevel: -10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			lim := tierlimit.PerSecond(100)
+			l := e.limiter(t, lim, WithLeaseBounds(1, 20))
+			if r, err := l.AllowN(e.ctx, "k", 90); err != nil || !r.Allowed {
+				t.Fatalf("AllowN(k, 90) = %+v, %v", r, err)
+			}
+			for _, st := range tt.settles {
+				r, err := l.Settle(e.ctx, "k", st[0], st[1])
+				if err != nil || !r.Allowed || r.Remaining < 0 {
+					t.Fatalf("Settle(k, %d, %d) = %+v, %v; want allowed, Remaining >= 0", st[0], st[1], r, err)
+				}
+			}
+			// A caller alone on the key, waiting each RetryAfter it is told:
+			// denied until the level is back to 1 (at repaid), each time
+			// with a RetryAfter of at least what the level lacks, at most a
+			// refill interval more (G2), and admitted once it has waited.
+			repaid := lim.RefillTime(1 - tt.wantLevel)
+			var waited time.Duration
+			for i := 0; ; i++ {
+				r, err := l.Allow(e.ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Allowed {
+					if waited < repaid {
+						t.Fatalf("admitted %v after the settles, before the debt was repaid at %v", waited, repaid)
+					}
+					break
+				}
+				exact := max(repaid-waited, 0)
+				if r.RetryAfter <= 0 || r.RetryAfter < exact || r.RetryAfter > exact+DefaultRefillInterval || i == 5 {
+					t.Fatalf("denial %d, %v after the settles: Allow = %+v; want RetryAfter in [%v, %v], admitted within 5 waits",
+						i, waited, r, exact, exact+DefaultRefillInterval)
+				}
+				e.step(r.RetryAfter)
+				waited += r.RetryAfter
+			}
+		})
+	}
+}
+
+// TestSettleDebtPeek: a peek at a key in debt is denied, with the wait
+// until the debt is repaid, and charges nothing.
+func TestSettleDebtPeek(t *testing.T) {
 	e := newEnv(t)
-	l := e.limiter(t, tierlimit.PerSecond(100), WithLeaseBounds(1, 20))
-	if r, err := l.AllowN(e.ctx, "k", 90); err != nil || !r.Allowed {
-		t.Fatalf("AllowN(k, 90) = %+v, %v", r, err)
-	}
-	r, err := l.Settle(e.ctx, "k", 10, 60) // 50 more, of the 10 left
-	if err != nil || !r.Allowed {
-		t.Fatalf("Settle = %+v, %v; want allowed", r, err)
-	}
-	if err := l.Close(); err != nil {
+	lim := tierlimit.PerSecond(100)
+	l := e.limiter(t, lim, WithLeaseBounds(1, 20))
+	if _, err := l.Settle(e.ctx, "k", 0, 100); err != nil {
 		t.Fatal(err)
 	}
-	plain := e.limiter(t, l.limit, WithMaxKeys(16))
-	if got := e.level(t, plain, "k"); got != 0 {
-		t.Errorf("Redis holds %d after settling past empty, want 0", got)
+	if _, err := l.Settle(e.ctx, "k", 0, 30); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r, err := l.AllowN(e.ctx, "k", 0)
+		if err != nil || r.Allowed || r.RetryAfter != lim.RefillTime(30) || r.Remaining != 0 {
+			t.Fatalf("AllowN(k, 0) in a debt of 30 = %+v, %v; want denied, RetryAfter %v, Remaining 0",
+				r, err, lim.RefillTime(30))
+		}
 	}
 }
 

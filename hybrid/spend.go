@@ -70,6 +70,11 @@ func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		}
 		return l.record(barredPolicy, barred(), e.stripe), true
 	}
+	if n == 0 && until != 0 && l.now() < until {
+		// A peek at a key Redis is short on (in debt, it is denied): Redis
+		// answers it.
+		return tierlimit.Result{}, false
+	}
 	if src == tierlimit.SourceLocal && until == 0 {
 		// Every call that finds the key is an arrival, whether its lease
 		// holds n or it goes on to claim (spend's other callers): demand

@@ -30,7 +30,7 @@
 -- ARGV[3]  the mode: 'batch' (the calls follow from ARGV[4], all claims or
 --          takes, in order, at one clock; the reply lists theirs), or the
 --          op of the one call that follows from ARGV[3]:
---   claim    op n min want gen held received live holder lim1..limn
+--   claim    op n min want gen held received live debt holder lim1..limn
 --   refund   op n back give gen received live holder lim1..limn
 --   take     op n min want lim1..limn (AllowN, or a peek with want 0)
 --          n: the limits; lim "unit:per:cap" (unit: units per token, per:
@@ -48,7 +48,10 @@
 --          a restart from empty), 0 if not; back: the leased tokens a
 --          refund gives back (the holder holds none after it); give:
 --          tokens spent that a refund gives back all the same (Settle's);
---          holder: never ':' or ';' (the store checks).
+--          debt: 1 if what the level lacks of want is taken all the same,
+--          the level going below empty, down to -cap at most (Settle's
+--          take: the events happened), 0 if not; holder: never ':' or ';'
+--          (the store checks).
 --
 -- Reply per call: {allowed, handed, then per limit: remaining, retry_us,
 -- reset_us}, as tokenbucket.lua's; handed is what the holder receives: the
@@ -64,7 +67,8 @@
 --
 -- Invariants, per limit, with O the tokens its live records hold (L1-L5
 -- in docs/design.md, "The lease ledger's protocol", with the proof):
---   L1 k + O <= cap after every call (k = 0 when O > cap), r < unit, and
+--   L1 k + O <= cap and k >= -cap after every call (k <= 0 when O > cap;
+--      k < 0 only by a debt claim), r < unit, and
 --      r = 0 when k + O = cap; no call raises k + O at one instant, but
 --      for a refund's give; the level rises by at most per units a µs;
 --   L2 a holder may spend at most its live record's held less its
@@ -86,9 +90,9 @@ local function parse_call(j, kj)
   local c, l
   if op == 'claim' then
     c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), gen = tonumber(ARGV[j + 4]),
-      held = tonumber(ARGV[j + 5]), received = tonumber(ARGV[j + 6]), live = ARGV[j + 7] == '1', holder = ARGV[j + 8],
-      keys = {}, lims = {}}
-    l = j + 9
+      held = tonumber(ARGV[j + 5]), received = tonumber(ARGV[j + 6]), live = ARGV[j + 7] == '1',
+      debt = ARGV[j + 8] == '1', holder = ARGV[j + 9], keys = {}, lims = {}}
+    l = j + 10
   elseif op == 'refund' then
     c = {op = op, n = n, min = 0, back = tonumber(ARGV[j + 2]), give = tonumber(ARGV[j + 3]),
       gen = tonumber(ARGV[j + 4]), received = tonumber(ARGV[j + 5]), live = ARGV[j + 6] == '1', holder = ARGV[j + 7],
@@ -237,6 +241,7 @@ local function claim(c, B, hold)
     if u == nil or b.u < u then u = b.u end
     if b.k < fresh then fresh = b.k end
   end
+  if fresh < 0 then fresh = 0 end -- a level in debt grants nothing
   local allowed = 1
   if u + fresh < c.min then allowed, u, fresh = 0, 0, 0 end
   local hand = u + fresh
@@ -251,6 +256,14 @@ local function claim(c, B, hold)
     if hand > 0 then deadline = b.now + hold end
     b.k = b.k - fresh
     if fresh > 0 then b.dirty = true end
+    if c.debt and want > fresh then
+      -- What the level lacks goes into debt: the level falls below
+      -- empty, to -cap at most (the rest is forgiven). The record holds
+      -- only the fresh tokens: the debt is the level's, which refills it.
+      b.k = b.k - (want - fresh)
+      if b.k < -b.cap then b.k, b.r = -b.cap, 0 end
+      b.dirty = true
+    end
     if m or held > 0 then set_record(b, c, held, deadline, handed + fresh) end
   end
   return allowed, hand

@@ -101,7 +101,9 @@ end
 -- (0 <= r < unit), where one token is unit units and a µs refills per
 -- units (tierlimit.Limit.Scale: Period in µs and Rate over their gcd). Two
 -- limbs, because k × unit may pass 2^53: the level in units never is
--- formed.
+-- formed. A key in debt (a Settle took more than it held) has k < 0, down
+-- to -cap: waits then reach 2·MaxFill at most, still below 2^53 µs with
+-- the clock added.
 
 -- pair_get returns the two integers and the limit of a state "a:b:lim" at
 -- key (lim: the limit it was written under, as the script's ARGV spells
@@ -135,7 +137,7 @@ end
 local function bucket_get(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local k, r, ts, lim, rest = string.match(v, '^(%d+):(%d+):(%d+):([^|]+)(.*)$')
+  local k, r, ts, lim, rest = string.match(v, '^(-?%d+):(%d+):(%d+):([^|]+)(.*)$')
   return tonumber(k), tonumber(r), tonumber(ts), lim, rest
 end
 

@@ -56,6 +56,12 @@ type Claim struct {
 	// has then lost its state (flushed, evicted, a restart from empty):
 	// its bucket starts again empty, not full (G1).
 	Live bool
+	// Debt takes what the bucket lacks of Want all the same (Min must be
+	// 0): the level goes below empty, down to minus the capacity at most,
+	// and the key is denied until the refill has repaid it. Only the
+	// tokens the level held are granted (and recorded as held); the rest
+	// are the level's debt. Settle's take: the events it settles happened.
+	Debt bool
 }
 
 // Lease takes between c.Min and c.Want tokens for key in one round trip.
@@ -86,8 +92,8 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	if err := p.check(key, c.Want); err != nil {
 		return nil, err
 	}
-	if c.Min < 0 || c.Min > c.Want {
-		return nil, fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want", tierlimit.ErrInvalidCost, c)
+	if c.Min < 0 || c.Min > c.Want || c.Debt && c.Min != 0 {
+		return nil, fmt.Errorf("%w: claim %+v needs 0 <= Min <= Want, and Min 0 for a debt", tierlimit.ErrInvalidCost, c)
 	}
 	if c.peek() {
 		return p, nil
@@ -102,7 +108,7 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 // peek reports whether c only reads the bucket: it wants nothing and
 // names no holder.
 func (c Claim) peek() bool {
-	return c.Want == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Received == 0 && !c.Live
+	return c.Want == 0 && c.Holder == "" && c.Gen == 0 && c.Held == 0 && c.Received == 0 && !c.Live && !c.Debt
 }
 
 // errNoLease is returned by Lease, LeaseBatch and Refund on a Limiter
@@ -140,7 +146,7 @@ func (l *Limiter) ledgerCall(args []any, c Claim, p *plan) []any {
 	if c.peek() {
 		args = append(args, "take", len(p.specs), 0, 0)
 	} else {
-		args = append(args, "claim", len(p.specs), c.Min, c.Want, c.Gen, c.Held, c.Received, flag(c.Live), c.Holder)
+		args = append(args, "claim", len(p.specs), c.Min, c.Want, c.Gen, c.Held, c.Received, flag(c.Live), flag(c.Debt), c.Holder)
 	}
 	for _, spec := range p.specs {
 		args = append(args, spec)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -230,5 +231,159 @@ func TestObserverLeaseCalls(t *testing.T) {
 	}
 	if decisions != 0 {
 		t.Errorf("lease primitives reported %d decisions, want none", decisions)
+	}
+}
+
+// TestLeaseDebt: a debt claim takes what the bucket holds and puts it in
+// debt for the rest, down to minus its capacity; a key in debt is denied,
+// with the wait until the level reaches what a call asks, peeks included;
+// a claim sent again adds no debt, and a refund repays. On miniredis and a
+// real Redis, on small and large limits and with an extra limit.
+func TestLeaseDebt(t *testing.T) {
+	limits := []struct {
+		limit tierlimit.Limit
+		extra []tierlimit.Limit
+	}{
+		{limit: tierlimit.PerSecond(10)},
+		{limit: tierlimit.PerDay(1_000_003).WithBurst(10)},
+		{limit: tierlimit.PerSecond(1_000_000_000_000).WithBurst(10)},
+		{limit: tierlimit.PerSecond(10), extra: []tierlimit.Limit{tierlimit.PerMinute(30).WithBurst(20)}},
+	}
+	rdb := redistest.Start(t).Client(t)
+	for i, tc := range limits {
+		t.Run(fmt.Sprint(tc.limit, tc.extra), func(t *testing.T) {
+			t.Run("miniredis", func(t *testing.T) {
+				b := miniBackend(t)
+				b.cfg.Extra = tc.extra
+				leaseDebt(t, b, tc.limit)
+			})
+			t.Run("redis", func(t *testing.T) {
+				checkOn(t, rdb, func(t *testing.T, b backend) {
+					b.cfg.Extra = tc.extra
+					b.cfg.Prefix = fmt.Sprintf("debt%d:", i)
+					leaseDebt(t, b, tc.limit)
+				})
+			})
+		})
+	}
+}
+
+func leaseDebt(t *testing.T, b backend, limit tierlimit.Limit) {
+	ctx := context.Background()
+	b.set(t0)
+	cfg := b.cfg
+	cfg.Hold = time.Second
+	tb, err := New(b.rdb, TokenBucket, limit, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The one-bucket model of every limit's level, the clock standing
+	// still: take is a claim of want (a debt or not), wait the time until
+	// every level holds n, in whole µs as the scripts count.
+	limits := append([]tierlimit.Limit{limit}, cfg.Extra...)
+	levels := make([]int64, len(limits))
+	for i, l := range limits {
+		levels[i] = l.Capacity()
+	}
+	take := func(want int64, debt bool) (fresh int64) {
+		fresh = want
+		for _, v := range levels {
+			fresh = min(fresh, v)
+		}
+		fresh = max(fresh, 0)
+		for i, l := range limits {
+			levels[i] -= fresh
+			if debt {
+				levels[i] = max(levels[i]-(want-fresh), -l.Capacity())
+			}
+		}
+		return fresh
+	}
+	wait := func(n int64) time.Duration {
+		var w time.Duration
+		for i, l := range limits {
+			w = max(w, l.RefillTime(n-levels[i]))
+		}
+		return (w + time.Microsecond - 1).Truncate(time.Microsecond)
+	}
+	// The holder "h" spends at once what it is granted (Held 0), and
+	// counts what it received, as hybrid does.
+	var gen, received int64
+	var last Claim
+	send := func(c Claim) (int64, tierlimit.Result) {
+		t.Helper()
+		got, r, err := tb.Lease(ctx, "k", c)
+		if err != nil {
+			t.Fatalf("Lease(%+v): %v", c, err)
+		}
+		received += got
+		return got, r
+	}
+	claim := func(c Claim) (int64, tierlimit.Result) {
+		t.Helper()
+		gen++
+		c.Holder, c.Gen, c.Received = "h", gen, received
+		last = c
+		return send(c)
+	}
+	denied := func(what string) {
+		t.Helper()
+		for _, n := range []int64{0, 1, 5} {
+			c := Claim{Min: n, Want: n} // a peek for 0
+			if n > 0 {
+				gen++
+				c.Holder, c.Gen = "x", gen // another holder's claim
+			}
+			got, r, err := tb.Lease(ctx, "k", c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != 0 || r.Allowed || r.RetryAfter != wait(n) || r.Remaining != 0 {
+				t.Errorf("%s, levels %v: claim of %d = %d, %+v; want denied, RetryAfter %v, Remaining 0",
+					what, levels, n, got, r, wait(n))
+			}
+		}
+	}
+	capacity := limit.Capacity()
+	// 4 taken, then a debt claim of the capacity: what is left, fresh,
+	// and the rest below empty.
+	if got, _ := claim(Claim{Min: 4, Want: 4}); got != take(4, false) {
+		t.Fatalf("claim of 4 granted %d", got)
+	}
+	want := take(capacity, true)
+	if got, r := claim(Claim{Want: capacity, Debt: true}); got != want || !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("debt claim of %d = %d, %+v; want %d granted, allowed, Remaining 0", capacity, got, r, want)
+	}
+	// Sent again (its Gen, as go-redis resends it): it hands what the
+	// first reply carried, and takes nothing more.
+	if got, _ := send(last); got != want {
+		t.Fatalf("the debt claim sent again handed %d, want %d (the first reply's)", got, want)
+	}
+	received -= want // one of the two replies reached the holder
+	denied("in debt")
+	// Past the floor: every level stops at minus its capacity.
+	for range 3 {
+		if got, _ := claim(Claim{Want: capacity, Debt: true}); got != take(capacity, true) {
+			t.Fatalf("debt claim granted %d, levels %v", got, levels)
+		}
+	}
+	denied("at the floor")
+	// Spent tokens given back repay the debt.
+	gen++
+	if _, err := tb.Refund(ctx, Refund{Key: "k", Holder: "h", Gen: gen, Received: received, Spent: capacity / 2, ID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range limits {
+		levels[i] = min(levels[i]+capacity/2, l.Capacity())
+	}
+	denied("after a give-back")
+	// The rate repays the rest: a peek is allowed then, not a µs before.
+	b.set(t0.Add(wait(0) - time.Microsecond))
+	if _, r, err := tb.Lease(ctx, "k", Claim{}); err != nil || r.Allowed {
+		t.Errorf("peek a µs before the debt is repaid = %+v, %v; want denied", r, err)
+	}
+	b.set(t0.Add(wait(0)))
+	if _, r, err := tb.Lease(ctx, "k", Claim{}); err != nil || !r.Allowed {
+		t.Errorf("peek once the debt is repaid = %+v, %v; want allowed", r, err)
 	}
 }
