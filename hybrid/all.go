@@ -90,7 +90,7 @@ func (l *limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			if !l.keys.enter(h) {
 				return tierlimit.Result{}, tierlimit.ErrClosed
 			}
-			e, err := l.shared(ctx, t.Key, h, pols[i], t.N, expiry)
+			e, err := l.shared(ctx, t.Key, h, pols[i], t.N, t.N, expiry)
 			l.keys.exit(h)
 			switch {
 			case err == errMissed:
@@ -115,7 +115,7 @@ func (l *limiter) spendAll(entries []*entry, takes []tierlimit.Take) (tierlimit.
 	for i, t := range takes {
 		ok := entries[i] != nil
 		if ok {
-			_, ok = entries[i].take(t.N)
+			_, _, ok = entries[i].take(t.N, t.N)
 		}
 		if !ok {
 			for j := range i {

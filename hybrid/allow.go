@@ -37,6 +37,58 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (res tierlimi
 	return res, nil
 }
 
+// AllowAtMost takes between 1 and n tokens for key, as many as the key
+// holds up to n (a consumer takes up to n messages), and returns how many
+// with the Result: Allowed when it granted some; when the key holds not
+// one whole token, 0 and a denial whose RetryAfter is the wait for one. n
+// may exceed the key's Burst: it must be between 1 and tierlimit.MaxRate
+// (tierlimit.ErrInvalidCost). The tokens come from the key's lease first,
+// without a Redis call; a call the lease cannot answer claims up to n (at
+// most the key's Burst) from Redis, as AllowN claims, and while Redis
+// cannot answer the key's fallback bucket grants what it holds. The errors
+// are AllowN's. A decision is reported to the observer with N the tokens
+// granted (n when denied).
+func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
+	got, res, err := l.allowAtMost(ctx, key, n)
+	if err != nil {
+		return 0, res, named(err)
+	}
+	return got, res, nil
+}
+
+func (l *limiter) allowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
+	if err := l.check(ctx, key, 0); err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	if err := check.AtMost(key, n); err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	h := keyHash(key)
+	var took time.Duration
+	res, got, ok := l.inProcess(key, h, 1, n)
+	if !ok {
+		var start time.Time
+		if l.onDecision != nil {
+			start = time.Now()
+		}
+		var err error
+		if res, got, err = l.slow(ctx, key, h, 1, n); err != nil {
+			return 0, res, err
+		}
+		if l.onDecision != nil {
+			took = time.Since(start)
+		}
+	}
+	if l.onDecision != nil {
+		d := tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: got, Latency: took, Limit: res.Limit}
+		if !res.Allowed {
+			d.N = n
+		}
+		l.onDecision(d)
+	}
+	return got, res, nil
+}
+
 // named returns err as hybrid's callers see it (check.Named).
 func named(err error) error { return check.Named("hybrid", err) }
 
@@ -50,11 +102,11 @@ func (l *limiter) observed(ctx context.Context, key string, n int64) (tierlimit.
 	}
 	h := keyHash(key)
 	var took time.Duration
-	res, ok := l.inProcess(key, h, n)
+	res, _, ok := l.inProcess(key, h, n, n)
 	if !ok {
 		start := time.Now()
 		var err error
-		if res, err = l.slow(ctx, key, h, n); err != nil {
+		if res, _, err = l.slow(ctx, key, h, n, n); err != nil {
 			return res, err
 		}
 		took = time.Since(start)
@@ -68,41 +120,44 @@ func (l *limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Re
 		return tierlimit.Result{}, err
 	}
 	h := keyHash(key)
-	if res, ok := l.inProcess(key, h, n); ok {
+	if res, _, ok := l.inProcess(key, h, n, n); ok {
 		return res, nil
 	}
-	return l.slow(ctx, key, h, n)
+	res, _, err := l.slow(ctx, key, h, n, n)
+	return res, err
 }
 
-// inProcess decides from key's lease or its known block, if it can.
-func (l *limiter) inProcess(key string, h uint64, n int64) (tierlimit.Result, bool) {
+// inProcess decides from key's lease or its known block, if it can: a
+// take of between n and most tokens (see spend), and how many it took.
+func (l *limiter) inProcess(key string, h uint64, n, most int64) (tierlimit.Result, int64, bool) {
 	if e, ok := l.keys.find(key, h); ok {
 		if l.cfg.limitFunc != nil {
 			// check knew no key's limit but the default's: a cost above
 			// the key's is refused by the claim (checkPolicy), even if an
 			// earlier, larger limit left the lease holding it.
 			if !e.policy().fits(n) {
-				return tierlimit.Result{}, false
+				return tierlimit.Result{}, 0, false
 			}
 		}
-		if res, ok := l.spend(e, n, tierlimit.SourceLocal); ok {
-			return res, true
+		if res, got, ok := l.spend(e, n, most, tierlimit.SourceLocal); ok {
+			return res, got, true
 		}
 		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
-			return l.record(e.policy(), res, e.stripe), true
+			return l.record(e.policy(), res, e.stripe), 0, true
 		}
 	}
-	return tierlimit.Result{}, false
+	return tierlimit.Result{}, 0, false
 }
 
 // slow decides with Redis (a claim), or without it when Redis cannot
-// answer. It is a call in flight, which Close waits for.
-func (l *limiter) slow(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
+// answer: a take of between n and most tokens, and how many it took. It is
+// a call in flight, which Close waits for.
+func (l *limiter) slow(ctx context.Context, key string, h uint64, n, most int64) (tierlimit.Result, int64, error) {
 	if !l.keys.enter(h) {
-		return tierlimit.Result{}, tierlimit.ErrClosed
+		return tierlimit.Result{}, 0, tierlimit.ErrClosed
 	}
 	defer l.keys.exit(h)
-	return l.claim(ctx, key, h, n)
+	return l.claim(ctx, key, h, n, most)
 }
 
 func (l *limiter) check(ctx context.Context, key string, n int64) error {

@@ -23,19 +23,24 @@ import (
 // call's channel with a timer, and a call still running at the budget goes
 // on in its flight's goroutine and lands its tokens in the entry for later
 // callers: a goroutine hand-off more per claim, which the first way saves.
-func (l *limiter) claim(ctx context.Context, key string, h uint64, n int64) (tierlimit.Result, error) {
+//
+// The call takes between n and most tokens (n <= most; AllowN's are
+// equal), as many as the lease holds after the claim, and claim returns
+// how many.
+func (l *limiter) claim(ctx context.Context, key string, h uint64, n, most int64) (tierlimit.Result, int64, error) {
 	p, err := l.checkPolicy(key, n)
 	if err != nil {
-		return tierlimit.Result{}, err
+		return tierlimit.Result{}, 0, err
 	}
 	switch {
 	case p.blocked:
-		return l.record(p, barred(), 0), nil
+		return l.record(p, barred(), 0), 0, nil
 	case n == 0:
-		return l.peek(ctx, key, p)
+		res, err := l.peek(ctx, key, p)
+		return res, 0, err
 	}
 	if l.brk.open() {
-		return l.fall(ctx, key, p, n)
+		return l.fall(key, p, n, most)
 	}
 	expiry, stop := l.expiry()
 	defer stop()
@@ -46,45 +51,46 @@ func (l *limiter) claim(ctx context.Context, key string, h uint64, n int64) (tie
 			// A background refill in flight is this caller's claim too.
 			if e.refillDone.Load() != nil {
 				if err := l.awaitRefill(ctx, e, expiry()); err != nil {
-					return tierlimit.Result{}, err
+					return tierlimit.Result{}, 0, err
 				}
 			}
-			if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
-				return res, nil
+			if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
+				return res, got, nil
 			}
 			if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-				return l.record(e.policy(), res, e.stripe), nil
+				return l.record(e.policy(), res, e.stripe), 0, nil
 			}
 		}
-		e, err := l.shared(ctx, key, h, p, n, expiry)
+		e, err := l.shared(ctx, key, h, p, n, most, expiry)
 		switch {
 		case err == errMissed:
-			return l.missed(ctx, key, p, n)
+			return l.missed(ctx, key, p, n, most)
 		case err != nil:
-			return tierlimit.Result{}, err
+			return tierlimit.Result{}, 0, err
 		}
-		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
-			return res, nil
+		if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
+			return res, got, nil
 		}
 		if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-			return l.record(e.policy(), res, e.stripe), nil
+			return l.record(e.policy(), res, e.stripe), 0, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return tierlimit.Result{}, err
+			return tierlimit.Result{}, 0, err
 		}
 	}
 	// Other callers keep taking what is claimed: deny this one briefly.
-	return l.record(p, p.denial(p.limit.RefillTime(1), tierlimit.SourceRemote), 0), nil
+	return l.record(p, p.denial(p.limit.RefillTime(1), tierlimit.SourceRemote), 0), 0, nil
 }
 
 // errMissed is shared's error for a claim that failed or ran past the
 // call budget: the caller decides without Redis (missed).
 var errMissed = errors.New("hybrid: claim missed")
 
-// shared makes key's claim of at least n tokens, or joins the one in
-// flight, and returns key's entry. Its errors are ErrClosed, ctx's,
-// ErrMisconfigured's, and errMissed. expiry is claim's budget timer.
-func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n int64, expiry func() <-chan struct{}) (*entry, error) {
+// shared makes key's claim of at least n tokens (and, if the key holds
+// them, most), or joins the one in flight, and returns key's entry. Its
+// errors are ErrClosed, ctx's, ErrMisconfigured's, and errMissed. expiry is
+// claim's budget timer.
+func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n, most int64, expiry func() <-chan struct{}) (*entry, error) {
 	fn := func() (any, error) {
 		// The flight may outlive its caller: it is a call in flight of
 		// its own, which Close waits for.
@@ -92,7 +98,7 @@ func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n
 			return nil, tierlimit.ErrClosed
 		}
 		defer l.keys.exit(h)
-		return l.lease(ctx, key, p, n)
+		return l.lease(ctx, key, p, n, most)
 	}
 	var r singleflight.Result
 	if l.inline {
@@ -118,8 +124,9 @@ func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n
 }
 
 // lease claims tokens for key into its entry, so that it holds at least n
-// (or it claims nothing), at most the lease size. It returns the entry.
-func (l *limiter) lease(ctx context.Context, key string, p *policy, n int64) (*entry, error) {
+// (or it claims nothing), at most the lease size or most, whichever is
+// larger. It returns the entry.
+func (l *limiter) lease(ctx context.Context, key string, p *policy, n, most int64) (*entry, error) {
 	e := l.entry(key, p)
 	held := e.tokens.Load()
 	if held >= n {
@@ -127,16 +134,17 @@ func (l *limiter) lease(ctx context.Context, key string, p *policy, n int64) (*e
 	}
 	// The lease's tokens count: n - held more are enough, as one bucket
 	// would admit n from what the lease and Redis hold together.
-	if err := l.claimInto(ctx, e, n-held); err != nil {
+	if err := l.claimInto(ctx, e, n-held, most-held); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-// claimInto asks Redis for between lo and the lease size tokens for e. The
-// key's lock orders it with Reset: tokens debited before Reset's DEL are
-// erased by it and must not be refunded after it.
-func (l *limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
+// claimInto asks Redis for between lo and the lease size tokens for e, or
+// up to hi if that is more (AllowAtMost's caller asks for hi at most, up to
+// the key's capacity). The key's lock orders it with Reset: tokens debited
+// before Reset's DEL are erased by it and must not be refunded after it.
+func (l *limiter) claimInto(ctx context.Context, e *entry, lo, hi int64) error {
 	var ev, debt tierlimit.RedisCall
 	defer l.report(&ev)
 	defer l.report(&debt)
@@ -154,7 +162,7 @@ func (l *limiter) claimInto(ctx context.Context, e *entry, lo int64) error {
 		}
 	}
 	now := l.now()
-	want := l.size(e, lo, now)
+	want := max(l.size(e, lo, now), min(hi, e.policy().capacity))
 	granted, res, ev, err := l.leaseCall(ctx, "claim", e.key, l.claimOf(e, lo, want))
 	l.replied(e, granted, err)
 	if err != nil {
@@ -331,7 +339,8 @@ func (l *limiter) peek(ctx context.Context, key string, p *policy) (tierlimit.Re
 	case l.bucket.Misconfigured(err):
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err)
 	case err != nil:
-		return l.fall(ctx, key, p, 0)
+		res, _, err := l.fall(key, p, 0, 0)
+		return res, err
 	}
 	return l.record(p, res, 0), nil
 }

@@ -19,19 +19,22 @@ import (
 // missed decides a call of one key whose claim failed or ran past the call
 // budget: see merelySlow. A lease that landed meanwhile is spent first,
 // and a key known to be blocked stays blocked.
-func (l *limiter) missed(ctx context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
+//
+// The call takes between n and most tokens (see claim).
+func (l *limiter) missed(ctx context.Context, key string, p *policy, n, most int64) (tierlimit.Result, int64, error) {
 	if !l.merelySlow() {
-		return l.fall(ctx, key, p, n)
+		return l.fall(key, p, n, most)
 	}
 	if e, ok := l.lookup(key); ok {
-		if res, ok := l.spend(e, n, tierlimit.SourceRemote); ok {
-			return res, nil
+		if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
+			return res, got, nil
 		}
 		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
-			return l.record(e.policy(), res, e.stripe), nil
+			return l.record(e.policy(), res, e.stripe), 0, nil
 		}
 	}
-	return l.slowDenial(p)
+	res, err := l.slowDenial(p)
+	return res, 0, err
 }
 
 // missedAll decides an AllowAll whose claim failed or ran past the call
@@ -63,16 +66,29 @@ func (l *limiter) slowDenial(p *policy) (tierlimit.Result, error) {
 }
 
 // fall decides a call of one key while Redis cannot be reached: a lease
-// still held is spent first, then as fallAll.
-func (l *limiter) fall(_ context.Context, key string, p *policy, n int64) (tierlimit.Result, error) {
+// still held is spent first, then as fallAll. The call takes between n and
+// most tokens (see claim): from the fallback bucket, n, then what else it
+// holds up to most.
+func (l *limiter) fall(key string, p *policy, n, most int64) (tierlimit.Result, int64, error) {
 	if e, ok := l.lookup(key); ok {
-		if res, ok := l.spend(e, n, tierlimit.SourceFallback); ok {
-			return res, nil
+		if res, got, ok := l.spend(e, n, most, tierlimit.SourceFallback); ok {
+			return res, got, nil
 		}
 	}
 	var one [1]tierlimit.Take
 	one[0] = tierlimit.Take{Key: key, N: n}
-	return l.fallAll(one[:], []*policy{p})
+	res, err := l.fallAll(one[:], []*policy{p})
+	if err != nil || !res.Allowed {
+		return res, 0, err
+	}
+	got := n
+	if more := min(most-n, res.Remaining); more > 0 && l.cfg.failureMode == FailFallback {
+		one[0].N = more
+		if again, err := l.fallAll(one[:], []*policy{p}); err == nil && again.Allowed {
+			res, got = again, got+more
+		}
+	}
+	return res, got, nil
 }
 
 // fallAll decides takes while Redis cannot be reached (their leases were

@@ -9,16 +9,18 @@ import (
 	"github.com/tierlimit/tierlimit"
 )
 
-// take takes n tokens from e's lease if it holds them, and returns what
-// the lease holds after.
-func (e *entry) take(n int64) (left int64, ok bool) {
+// take takes between n and most tokens (n <= most) from e's lease, as
+// many as it holds, if it holds n; it returns how many, and what the
+// lease holds after.
+func (e *entry) take(n, most int64) (got, left int64, ok bool) {
 	left = e.tokens.Load()
 	for {
 		if left < n {
-			return left, false
+			return 0, left, false
 		}
-		if e.tokens.CompareAndSwap(left, left-n) {
-			return left - n, true
+		got = min(left, most)
+		if e.tokens.CompareAndSwap(left, left-got) {
+			return got, left - got, true
 		}
 		left = e.tokens.Load()
 	}
@@ -59,21 +61,22 @@ func (l *limiter) low(e *entry, left int64) {
 	}
 }
 
-// spend takes n tokens from e's lease if it holds them. A barred key's
-// lease is not spent (see asked): the call is denied, until the answer
-// that barred it is a lease TTL old and a claim asks again.
-func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+// spend takes between n and most tokens (n <= most; AllowN's are equal)
+// from e's lease if it holds n, as many as it holds, and returns how many.
+// A barred key's lease is not spent (see asked): the call is denied, until
+// the answer that barred it is a lease TTL old and a claim asks again.
+func (l *limiter) spend(e *entry, n, most int64, src tierlimit.Source) (tierlimit.Result, int64, bool) {
 	until := e.blockedUntil.Load()
 	if until == bar {
 		if !l.fresh(e, l.now()) {
-			return tierlimit.Result{}, false
+			return tierlimit.Result{}, 0, false
 		}
-		return l.record(barredPolicy, barred(), e.stripe), true
+		return l.record(barredPolicy, barred(), e.stripe), 0, true
 	}
 	if n == 0 && until != 0 && l.now() < until {
 		// A peek at a key Redis is short on (in debt, it is denied): Redis
 		// answers it.
-		return tierlimit.Result{}, false
+		return tierlimit.Result{}, 0, false
 	}
 	if src == tierlimit.SourceLocal && until == 0 {
 		// Every call that finds the key is an arrival, whether its lease
@@ -83,13 +86,17 @@ func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		// grants, and the denials stay reads of e's line, which cores
 		// deciding one saturated key then share (BenchmarkCompare's hot
 		// key, parallel).
-		if d := e.demand.Add(n); d&(d-1) == 0 || d%expiryCheck == 0 {
+		ask := n
+		if most > n {
+			ask = min(most, e.policy().capacity) // AllowAtMost's: see claimInto
+		}
+		if d := e.demand.Add(ask); d&(d-1) == 0 || d%expiryCheck == 0 {
 			l.expiring(e)
 		}
 	}
-	left, ok := e.take(n)
+	got, left, ok := e.take(n, most)
 	if !ok {
-		return tierlimit.Result{}, false
+		return tierlimit.Result{}, 0, false
 	}
 	l.low(e, left)
 	pol := e.policy()
@@ -105,7 +112,7 @@ func (l *limiter) spend(e *entry, n int64, src tierlimit.Source) (tierlimit.Resu
 		Remaining:  remaining,
 		ResetAfter: pol.limit.RefillTime(pol.capacity - remaining),
 		Source:     src,
-	}, true
+	}, got, true
 }
 
 // blocked returns a denial from src while Redis is known to hold fewer than
