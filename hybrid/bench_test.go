@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
@@ -43,5 +44,33 @@ func BenchmarkXRate(b *testing.B) {
 		if !l.Allow() {
 			b.Fatal("denied")
 		}
+	}
+}
+
+// BenchmarkAllowAtMostLease is BenchmarkAllowLease's hot key taken with
+// AllowAtMost, one token at most and eight: its bar is AllowN's cost
+// within 10%.
+func BenchmarkAllowAtMostLease(b *testing.B) {
+	m := miniredis.RunT(b)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	l, err := New(rdb, plenty)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for i := 0; i < 1000; i++ {
+		l.Allow(ctx, "hot")
+	}
+	for _, n := range []int64{1, 8} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if got, _, _ := l.AllowAtMost(ctx, "hot", n); got == 0 {
+					b.Fatal("denied")
+				}
+			}
+		})
 	}
 }
