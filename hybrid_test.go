@@ -58,10 +58,10 @@ type memberReport struct {
 	Admitted map[string]int64 // tokens admitted per key
 	Calls    int64
 	Errors   int64
-	Began    int64 // unix ns at which its callers began
-	LastEnd  int64 // unix ns at which the last decision returned
-	FirstEnd int64 // unix ns at which the first decision returned
-	FellBack int64 // decisions the fallback admitted
+	Began    int64  // unix ns at which its callers began
+	LastEnd  int64  // unix ns at which the last decision returned
+	FirstEnd int64  // unix ns at which the first decision returned
+	FellBack int64  // decisions the fallback admitted
 	Mode     string // the spec's
 	Stats    hybrid.Stats
 	// Slots counts the admissions of the hottest keys ("hot", "k0",
