@@ -62,6 +62,16 @@ func Takes(takes []tierlimit.Take) ([]tierlimit.Take, error) {
 	return out, nil
 }
 
+// AtMost reports whether n is a cost an AllowAtMost may ask: from 1 to
+// tierlimit.MaxRate, above a key's capacity too (it is granted what the
+// key holds). Its error wraps tierlimit.ErrInvalidCost.
+func AtMost(n int64) error {
+	if n < 1 || n > tierlimit.MaxRate {
+		return fmt.Errorf("%w: n %d must be between 1 and %d", tierlimit.ErrInvalidCost, n, int64(tierlimit.MaxRate))
+	}
+	return nil
+}
+
 // Named returns err as a caller of package pkg sees it: prefixed "pkg: "
 // once (the form is "pkg: sentinel: detail"), unless it is nil, a
 // context's error or tierlimit.ErrClosed, which are returned as they are
