@@ -267,10 +267,12 @@ func (l *Limiter) redisErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// The scripts' modes (ARGV[2]): decide all-or-nothing, or settle.
+// The scripts' modes (ARGV[2]): decide all-or-nothing, settle, or grant
+// part (AllowAtMost).
 const (
-	modeDecide = "0"
-	modeSettle = "1"
+	modeDecide  = "0"
+	modeSettle  = "1"
+	modePartial = "2"
 )
 
 // args builds the ARGV of a call over the entries of one key under p,
