@@ -167,6 +167,6 @@ func TestOverrunBound(t *testing.T) {
 // TestAllowAtMostConcurrent: many goroutines on one key get one bucket in
 // all.
 func TestAllowAtMostConcurrent(t *testing.T) {
-	l, _ := newTest(t, tierlimit.PerSecond(1000))
-	tenanttest.CheckAtMostConcurrent(t, l, "k", 1000, 32)
+	l, _ := newTest(t, tierlimit.PerSecond(5000))
+	tenanttest.CheckAtMostConcurrent(t, l, "k", 5000, 32)
 }
