@@ -63,12 +63,13 @@ func (b *Bucket) init(limit tierlimit.Limit, tokens int64, now time.Time) {
 }
 
 // NewState returns a Bucket of limit in the state the Redis token bucket
-// stores ("k:r:ts", lua/tokenbucket.lua): tokens whole tokens and
-// units of the next at at (tokens capped at the capacity, units below one
-// token).
+// stores ("k:r:ts", lua/tokenbucket.lua): tokens whole tokens, negative in
+// debt, and units of the next at at (tokens kept within [-capacity,
+// capacity], units below one token).
 func NewState(limit tierlimit.Limit, tokens, units int64, at time.Time) *Bucket {
-	b := NewWith(limit, tokens, at)
-	if b.tokens < b.cap {
+	b := NewWith(limit, 0, at)
+	b.setWhole(tokens)
+	if b.tokens < b.cap && tokens >= -int64(b.cap) {
 		b.rem = min(uint64(max(0, units)), b.unit-1)
 	}
 	return b
