@@ -171,6 +171,19 @@ func TestDebt(t *testing.T) {
 							i, s.at, r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, s.allowed, s.remaining, s.retry, s.reset)
 					}
 				}
+				// AllowAll denies a take whose key is in debt below its N, and
+				// charges the other key nothing.
+				if _, err := l.Settle(ctx, key, 0, 5); err != nil { // 0 - 5
+					t.Fatal(err)
+				}
+				other := "other:" + alg.name
+				r, err := l.AllowAll(ctx, tierlimit.Take{Key: other, N: 1}, tierlimit.Take{Key: key, N: 0})
+				if err != nil || r.Allowed || r.RetryAfter != ms(500) {
+					t.Errorf("AllowAll(other 1, 5 in debt 0) = %+v, %v; want denied, RetryAfter 500ms", r, err)
+				}
+				if r, _ := l.AllowN(ctx, other, 0); r.Remaining != 10 {
+					t.Errorf("after a refused AllowAll, the other key has %d, want 10", r.Remaining)
+				}
 			})
 		}
 	})
