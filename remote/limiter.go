@@ -40,8 +40,9 @@ func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit
 func named(err error) error { return check.Named("remote", err) }
 
 // AllowN reports whether n events may happen now for key, and charges them
-// if so. n == 0 peeks: it charges nothing and is always allowed, with
-// Remaining telling what is left. A key WithLimitFunc's function blocks
+// if so. n == 0 peeks: it charges nothing and is allowed, with Remaining
+// telling what is left, but on a TokenBucket or GCRA key in debt (Settle),
+// where it is denied with the wait until the debt is repaid. A key WithLimitFunc's function blocks
 // (tierlimit.Blocked) is denied, peeks too, without a call to Redis.
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	res, err := l.s.AllowN(ctx, key, n)

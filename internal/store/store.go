@@ -329,8 +329,9 @@ func (l *Limiter) now() int64 {
 }
 
 // AllowN reports whether n events may happen now for key, and charges them
-// if so. n == 0 peeks: it charges nothing and is always allowed, with
-// Remaining telling what is left. A key Config.LimitFunc blocks is denied
+// if so. n == 0 peeks: it charges nothing and is allowed, with Remaining
+// telling what is left, but on a token bucket or GCRA key in debt
+// (Settle), where it is denied with the wait until the debt is repaid. A key Config.LimitFunc blocks is denied
 // (blockedResult), peeks too, without a call.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if l.observed() {
