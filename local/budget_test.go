@@ -170,3 +170,33 @@ func TestAllowAtMostConcurrent(t *testing.T) {
 	l, _ := newTest(t, tierlimit.PerSecond(5000))
 	tenanttest.CheckAtMostConcurrent(t, l, "k", 5000, 32)
 }
+
+// TestWaitNInDebt: WaitN on a key in debt waits until the level holds its
+// cost, the debt repaid first, on the system clock; a deadline it cannot
+// meet fails at once.
+func TestWaitNInDebt(t *testing.T) {
+	l, err := New(tierlimit.PerSecond(10)) // a token every 100 ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Settle(context.Background(), "k", 0, 10); err != nil { // 10 - 10: empty
+		t.Fatal(err)
+	}
+	if _, err := l.Settle(context.Background(), "k", 0, 2); err != nil { // 2 in debt
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := l.WaitN(short, "k", 1); !errors.Is(err, tierlimit.ErrWaitDeadline) || time.Since(start) >= 150*time.Millisecond {
+		t.Errorf("WaitN(1) with 150 ms for a 300 ms wait = %v after %v, want ErrWaitDeadline before the deadline", err, time.Since(start))
+	}
+	ctx, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	start = time.Now()
+	r, err := l.WaitN(ctx, "k", 1)
+	if took := time.Since(start); err != nil || !r.Allowed || took < 250*time.Millisecond {
+		t.Errorf("WaitN(1) 2 in debt = %+v, %v after %v; want admitted after about 300 ms", r, err, took)
+	}
+}

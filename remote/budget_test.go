@@ -467,3 +467,35 @@ func (r *roundRobin) Settle(ctx context.Context, key string, charged, used int64
 func (r *roundRobin) AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
 	return r.next().AllowAtMost(ctx, key, n)
 }
+
+// TestWaitNInDebt: on a real Redis and its clock, WaitN on a TokenBucket
+// or GCRA key in debt waits until the level holds its cost, the debt
+// repaid first; a deadline it cannot meet fails at once.
+func TestWaitNInDebt(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	for _, alg := range algorithms[:2] {
+		t.Run(alg.name, func(t *testing.T) {
+			l := newBudget(t, alg.new, rdb, tierlimit.PerSecond(10)) // a token every 100 ms
+			ctx := context.Background()
+			if _, err := l.Settle(ctx, "k", 0, 10); err != nil { // 10 - 10: empty
+				t.Fatal(err)
+			}
+			if _, err := l.Settle(ctx, "k", 0, 2); err != nil { // 2 in debt
+				t.Fatal(err)
+			}
+			short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			if _, err := l.WaitN(short, "k", 1); !errors.Is(err, tierlimit.ErrWaitDeadline) || time.Since(start) >= 150*time.Millisecond {
+				t.Errorf("WaitN(1) with 150 ms for a 300 ms wait = %v after %v, want ErrWaitDeadline before the deadline", err, time.Since(start))
+			}
+			long, cancel2 := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel2()
+			start = time.Now()
+			r, err := l.WaitN(long, "k", 1)
+			if took := time.Since(start); err != nil || !r.Allowed || took < 200*time.Millisecond {
+				t.Errorf("WaitN(1) 2 in debt = %+v, %v after %v; want admitted after about 300 ms", r, err, took)
+			}
+		})
+	}
+}
