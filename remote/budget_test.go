@@ -499,3 +499,69 @@ func TestWaitNInDebt(t *testing.T) {
 		})
 	}
 }
+
+// TestAllowAtMostTwin drives two keys of every algorithm, under two limits
+// (WithLimits), through the same random history (AllowN, Settle, clock
+// steps) on miniredis, and compares AllowAtMost(n) on one with AllowN on
+// the other: a grant of g is what AllowN(g) does (with the same Result),
+// and AllowN(g+1) would have been denied when g < n; a grant of 0 is
+// AllowN(1)'s denial.
+func TestAllowAtMostTwin(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			m, rdb := redistest.Mini(t)
+			def, extra := tierlimit.PerSecond(7), tierlimit.Limit{Rate: 20, Period: 5 * time.Second}
+			if !alg.windowed {
+				extra = extra.WithBurst(9)
+			}
+			l := newBudget(t, alg.new, rdb, def, WithLimits(extra))
+			rng := rand.New(rand.NewPCG(3, 4))
+			now := t0
+			var full, part, none int
+			defer func() { t.Logf("AllowAtMost granted all %d times, part %d, none %d", full, part, none) }()
+			for step := range 600 {
+				dt := time.Duration(rng.Int64N(400_000)) * time.Microsecond
+				now = now.Add(dt)
+				m.SetTime(now)
+				m.FastForward(dt)
+				switch rng.IntN(4) {
+				case 0: // the same history on both
+					n := rng.Int64N(4)
+					a, _ := l.AllowN(ctx, "a", n)
+					b, _ := l.AllowN(ctx, "b", n)
+					if a != b {
+						t.Fatalf("step %d: AllowN(%d) differs on the twins: %+v, %+v", step, n, a, b)
+					}
+				case 1:
+					c, u := rng.Int64N(5), rng.Int64N(5)
+					l.Settle(ctx, "a", c, u)
+					l.Settle(ctx, "b", c, u)
+				default:
+					n := 1 + rng.Int64N(12)
+					g, r, err := l.AllowAtMost(ctx, "a", n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch {
+					case g == n:
+						full++
+					case g > 0:
+						part++
+					default:
+						none++
+					}
+					if g > 0 && g < n && g < 7 {
+						if more, _ := l.AllowN(ctx, "b", g+1); more.Allowed {
+							t.Fatalf("step %d: AllowAtMost(%d) granted %d, but AllowN(%d) is allowed", step, n, g, g+1)
+						}
+					}
+					want, _ := l.AllowN(ctx, "b", max(g, 1))
+					if r != want || r.Allowed != (g > 0) {
+						t.Fatalf("step %d: AllowAtMost(%d) = %d, %+v; AllowN(%d) = %+v", step, n, g, r, max(g, 1), want)
+					}
+				}
+			}
+		})
+	}
+}
