@@ -200,3 +200,31 @@ func TestWaitNInDebt(t *testing.T) {
 		t.Errorf("WaitN(1) 2 in debt = %+v, %v after %v; want admitted after about 300 ms", r, err, took)
 	}
 }
+
+// TestDebtAcrossALimitChange: a key in debt whose LimitFunc answer changes
+// keeps its debt, refilled at the new rate, down to minus the new burst.
+func TestDebtAcrossALimitChange(t *testing.T) {
+	p := newPlans()
+	l, _ := newTest(t, tierlimit.PerSecond(10), WithLimitFunc(p.limit))
+	ctx := context.Background()
+	if _, err := l.Settle(ctx, "k", 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Settle(ctx, "k", 0, 4); err != nil { // 4 in debt
+		t.Fatal(err)
+	}
+	for i, s := range []struct {
+		limit tierlimit.Limit
+		retry time.Duration
+	}{
+		{tierlimit.PerSecond(10), 400 * time.Millisecond},
+		{tierlimit.PerSecond(20), 200 * time.Millisecond},              // 4 at 20/s
+		{tierlimit.PerSecond(20).WithBurst(3), 150 * time.Millisecond}, // floored at -3
+	} {
+		p.set("k", s.limit)
+		r, err := l.AllowN(ctx, "k", 0)
+		if err != nil || r.Allowed || r.RetryAfter != s.retry || r.Limit != s.limit {
+			t.Errorf("step %d: a peek under %v = %+v, %v; want denied, RetryAfter %v", i, s.limit, r, err, s.retry)
+		}
+	}
+}

@@ -33,6 +33,7 @@
 -- A state written under another limit: its whole tokens at now under that
 -- limit are kept, capped at cap, and TAT becomes now + (cap - tokens)·T of
 -- the new limit (the part of a token is dropped: a conversion never adds);
+-- a debt is kept the same way, in whole tokens rounded up, down to -cap;
 -- the call writes it.
 --
 -- Invariants: 0 <= f < per; a denied call charges nothing; a written TAT
@@ -63,6 +64,18 @@ local function tokens(v, f, unit, per, ti, tf)
   return (muldiv(e, per, g, unit))
 end
 
+-- owed returns ceil((v + f/per - (now + ti + tf/per)) / (unit/per)): the
+-- whole tokens, rounded up, of the debt a TAT of v + f/per leaves at now
+-- (0 when it is not past now + tau).
+local function owed(v, f, unit, per, ti, tf)
+  local a, b = v - now - ti, f - tf
+  if b < 0 then a, b = a - 1, b + per end
+  if a < 0 then return 0 end
+  local q, r = muldiv(a, per, b, unit)
+  if r > 0 then q = q + 1 end
+  return q
+end
+
 -- later returns v + f/per plus m·T (unit/per µs), m >= 0.
 local function later(v, f, m, unit, per)
   local q, r = muldiv(m, unit, 0, per)
@@ -80,7 +93,9 @@ for i = 1, n do
     v, f = now, 0
   elseif old ~= lim[i] then
     local ou, op, oi, of, oc = gcra_limit(old)
-    local left = math.min(tokens(v, f, ou, op, oi, of), cap[i])
+    -- Whole tokens, or whole tokens of debt rounded up: a conversion
+    -- never adds. Either is capped at cap.
+    local left = math.min(tokens(v, f, ou, op, oi, of), cap[i]) - math.min(owed(v, f, ou, op, oi, of), cap[i])
     v, f = later(now, 0, cap[i] - left, unit[i], per[i])
     dirty[i] = true
   end

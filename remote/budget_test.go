@@ -565,3 +565,41 @@ func TestAllowAtMostTwin(t *testing.T) {
 		})
 	}
 }
+
+// TestDebtAcrossALimitChange: a key in debt whose LimitFunc answer changes
+// keeps its debt (in whole tokens, rounded up, on GCRA), refilled at the
+// new rate, down to minus the new capacity.
+func TestDebtAcrossALimitChange(t *testing.T) {
+	onBoth(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		for _, alg := range algorithms[:2] {
+			t.Run(alg.name, func(t *testing.T) {
+				var cur tierlimit.Limit
+				l := newBudget(t, alg.new, b.rdb, tierlimit.PerSecond(10),
+					append([]Option{WithLimitFunc(func(string) tierlimit.Limit { return cur })}, b.opts...)...)
+				b.set(t0)
+				key := "change:" + alg.name
+				if _, err := l.Settle(ctx, key, 0, 10); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.Settle(ctx, key, 0, 4); err != nil { // 4 in debt
+					t.Fatal(err)
+				}
+				for i, s := range []struct {
+					limit tierlimit.Limit
+					retry time.Duration
+				}{
+					{tierlimit.PerSecond(10), 400 * time.Millisecond},
+					{tierlimit.PerSecond(20), 200 * time.Millisecond},              // 4 at 20/s
+					{tierlimit.PerSecond(20).WithBurst(3), 150 * time.Millisecond}, // floored at -3
+				} {
+					cur = s.limit
+					r, err := l.AllowN(ctx, key, 0)
+					if err != nil || r.Allowed || r.RetryAfter != s.retry || r.Limit != s.limit {
+						t.Errorf("step %d: a peek under %v = %+v, %v; want denied, RetryAfter %v", i, s.limit, r, err, s.retry)
+					}
+				}
+			})
+		}
+	})
+}
