@@ -603,3 +603,69 @@ func TestDebtAcrossALimitChange(t *testing.T) {
 		}
 	})
 }
+
+// TestBudgetModelLimitChanges is TestBudgetModel for a TokenBucket key
+// whose LimitFunc answer changes at random: the script's conversion (the
+// level refilled under the old limit, its whole tokens or debt kept within
+// the new capacity, the part of a token scaled down) must be xrate's
+// follow, exactly. One convention differs, and the model follows Redis
+// there: an absent key (last written full, or expired) is a full bucket
+// of the limit it is next decided under, where xrate keeps a full
+// bucket's tokens, capped.
+func TestBudgetModelLimitChanges(t *testing.T) {
+	limits := []tierlimit.Limit{
+		tierlimit.PerSecond(3).WithBurst(5),
+		tierlimit.PerSecond(10),
+		tierlimit.PerSecond(7).WithBurst(2),
+		{Rate: 40, Period: 3 * time.Second},
+	}
+	ctx := context.Background()
+	m, rdb := redistest.Mini(t)
+	cur := limits[0]
+	l := newBudget(t, ctor(NewTokenBucket), rdb, tierlimit.PerSecond(1000),
+		WithLimitFunc(func(string) tierlimit.Limit { return cur }))
+	rng := rand.New(rand.NewPCG(11, 12))
+	now := t0
+	m.SetTime(now)
+	model := xrate.New(cur, now)
+	key := l.engine().Keys("k")[0]
+	for step := range 3000 {
+		dt := time.Duration(rng.Int64N(300_000)) * time.Microsecond
+		now = now.Add(dt)
+		m.SetTime(now)
+		m.FastForward(dt)
+		if rng.IntN(10) == 0 {
+			if cur = limits[rng.IntN(len(limits))]; !m.Exists(key) {
+				model = xrate.New(cur, now)
+			}
+		}
+		c := cur.Capacity()
+		var got, want tierlimit.Result
+		var granted, wantGranted int64
+		var err error
+		op := rng.IntN(3)
+		switch op {
+		case 0:
+			n := rng.Int64N(c + 1)
+			got, err = l.AllowN(ctx, "k", n)
+			want, _ = model.DecideLimit(now, cur, n)
+		case 1:
+			charged, used := rng.Int64N(c+1), rng.Int64N(c+1)
+			got, err = l.Settle(ctx, "k", charged, used)
+			want, _ = model.Settle(now, cur, charged, used)
+		case 2:
+			n := 1 + rng.Int64N(2*c)
+			granted, got, err = l.AllowAtMost(ctx, "k", n)
+			wantGranted, want, _ = model.DecideAtMost(now, cur, n)
+		}
+		if err != nil {
+			t.Fatalf("step %d, op %d: %v", step, op, err)
+		}
+		want.Source = tierlimit.SourceRemote
+		if got != want || granted != wantGranted {
+			k, u := model.Level(now)
+			t.Fatalf("step %d at +%v under %v, op %d: got %d, %+v; model (level %d + %d units) %d, %+v",
+				step, now.Sub(t0), cur, op, granted, got, k, u, wantGranted, want)
+		}
+	}
+}
