@@ -40,8 +40,8 @@
 -- dated after the decision that wrote it; its waits and TTL count from the
 -- clock the call read.
 --
--- Invariants: -cap <= k <= cap, 0 <= r < unit, r = 0 when k = cap or
--- k = -cap; a denied call charges nothing; every written key has a TTL of at least reset_us (when it expires the
+-- Invariants: -cap <= k <= cap (the level k + r/unit >= -cap), 0 <= r <
+-- unit, and r = 0 when k = cap; a denied call charges nothing; every written key has a TTL of at least reset_us (when it expires the
 -- bucket is full, which is what an absent key means).
 local now = now_us()
 local settle = ARGV[2] == '1'
