@@ -103,9 +103,12 @@ for i = 1, n do
   if settle then
     local c = cost[i]
     if c >= 0 then
-      -- At most to now + 2·tau: TAT + c·T, the level less c, floored at -cap.
+      -- At most to now + 2·tau: TAT + c·T, the level less c, floored at
+      -- -cap; never back (a clock behind the last write's may see TAT
+      -- past now + 2·tau already).
       local x, xf = later(v, f, c, unit[i], per[i])
       local lt, lf = carry(now + 2 * ti[i], 2 * tf[i], per[i])
+      if lt < v or lt == v and lf < f then lt, lf = v, f end
       if x > lt or x == lt and xf > lf then x, xf = lt, lf end
       nt[i], nf[i] = x, xf
     else

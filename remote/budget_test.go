@@ -669,3 +669,23 @@ func TestBudgetModelLimitChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestGCRASettleClockBehind: a Settle whose clock is behind the last
+// write's, on a GCRA key in its deepest debt, never moves the TAT back
+// (which would give tokens): the debt stays.
+func TestGCRASettleClockBehind(t *testing.T) {
+	b := miniBackend(t)
+	ctx := context.Background()
+	l := newBudget(t, ctor(NewGCRA), b.rdb, tierlimit.PerSecond(10))
+	b.set(t0.Add(time.Second))
+	l.AllowN(ctx, "k", 10)
+	l.Settle(ctx, "k", 0, 10) // TAT at t0+3s: 10 in debt at t0+1s
+	b.set(t0)
+	if _, err := l.Settle(ctx, "k", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	b.set(t0.Add(time.Second))
+	if r, _ := l.AllowN(ctx, "k", 0); r.Allowed || r.RetryAfter != time.Second {
+		t.Errorf("a peek after a Settle from a clock 1 s behind = %+v, want denied, RetryAfter 1s (the debt kept)", r)
+	}
+}
