@@ -18,7 +18,7 @@
 --
 -- A request of cost n >= 0 is allowed by entry i when max(TAT, now) + n·T -
 -- now <= tau (a cost of 0 peeks: allowed unless TAT is past now + tau, a
--- key in debt). n·T, and remaining = floor((now + tau - TAT) / T) (0 when
+-- key in debt, or one that a clock behind the last write's sees so). n·T, and remaining = floor((now + tau - TAT) / T) (0 when
 -- TAT is past now + tau), go through muldiv (lib.lua): exact where n ×
 -- unit passes 2^53. retry_us is the first µs at which the request fits,
 -- the debt counted; reset_us the µs until TAT.
