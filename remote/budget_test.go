@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -687,5 +688,62 @@ func TestGCRASettleClockBehind(t *testing.T) {
 	b.set(t0.Add(time.Second))
 	if r, _ := l.AllowN(ctx, "k", 0); r.Allowed || r.RetryAfter != time.Second {
 		t.Errorf("a peek after a Settle from a clock 1 s behind = %+v, want denied, RetryAfter 1s (the debt kept)", r)
+	}
+}
+
+// TestAllowAtMostExact: 16 goroutines on 2 clients call AllowAtMost of 1
+// to 8 on one key for about a second, on a real Redis's clock: what they
+// are granted in all stays within each algorithm's bound over the run
+// (exactBound, TestConcurrencyExact's), and a saturated key is granted
+// most of it.
+func TestAllowAtMostExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for ~6 s")
+	}
+	s := redistest.Start(t)
+	limit := tierlimit.PerSecond(200)
+	rdbs := []*redis.Client{s.Client(t), s.Client(t)}
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			var ls []budget
+			for _, rdb := range rdbs {
+				ls = append(ls, newBudget(t, alg.new, rdb, limit))
+				ls[len(ls)-1].Allow(context.Background(), "warm-up")
+			}
+			var granted atomic.Int64
+			var wg sync.WaitGroup
+			start, boundary := alignToServerSecond(t, rdbs[0])
+			deadline := start.Add(900 * time.Millisecond)
+			for g := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l := ls[g%len(ls)]
+					for n := int64(1 + g%8); time.Now().Before(deadline); {
+						got, _, err := l.AllowAtMost(context.Background(), "hot", n)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						granted.Add(got)
+					}
+				}()
+			}
+			wg.Wait()
+			end, err := rdbs[0].Time(context.Background()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := exactBound(alg.name, limit, end.Sub(boundary))
+			floor := exactBound(alg.name, limit, deadline.Sub(start))
+			got := granted.Load()
+			t.Logf("%s: granted %d; bound %d over %v", alg.name, got, bound, end.Sub(boundary).Round(time.Millisecond))
+			if got > bound {
+				t.Errorf("granted %d > bound %d", got, bound)
+			}
+			if float64(got) < 0.9*float64(floor) {
+				t.Errorf("granted %d < 90%% of %d, the bound over the %v the callers asked", got, floor, deadline.Sub(start))
+			}
+		})
 	}
 }
