@@ -41,7 +41,7 @@ type GiveBack struct {
 type Decision struct {
 	Allowed bool
 	Source  Source
-	N       int64         // the cost asked for
+	N       int64         // the cost asked for (AllowAtMost: what it granted, or n when it granted none)
 	Latency time.Duration // from the call to the decision; 0 for hybrid's in-process decisions (a lease, a known block)
 	Limit   Limit         // the limit that decided (Result.Limit): a bounded label for per-limit metrics
 }

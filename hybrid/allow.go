@@ -5,6 +5,7 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/tierlimit/tierlimit"
@@ -60,8 +61,8 @@ func (l *limiter) allowAtMost(ctx context.Context, key string, n int64) (int64, 
 	if err := l.check(ctx, key, 0); err != nil {
 		return 0, tierlimit.Result{}, err
 	}
-	if err := check.AtMost(key, n); err != nil {
-		return 0, tierlimit.Result{}, err
+	if err := check.AtMost(n); err != nil {
+		return 0, tierlimit.Result{}, fmt.Errorf("%w (key %q)", err, key)
 	}
 	h := keyHash(key)
 	var took time.Duration

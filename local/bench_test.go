@@ -113,3 +113,106 @@ func TestHotKeyAllocs(t *testing.T) {
 		}
 	}
 }
+
+// atMostCases are BenchmarkAtMost's calls on one key that always has
+// tokens: AllowN and AllowAtMost of the same n.
+var atMostCases = []struct {
+	name string
+	call func(l *Limiter, ctx context.Context)
+}{
+	{"AllowN", func(l *Limiter, ctx context.Context) {
+		if r, _ := l.AllowN(ctx, "hot", 1); !r.Allowed {
+			panic("denied")
+		}
+	}},
+	{"AllowAtMost", func(l *Limiter, ctx context.Context) {
+		if g, _, _ := l.AllowAtMost(ctx, "hot", 1); g != 1 {
+			panic("not granted")
+		}
+	}},
+}
+
+// BenchmarkAtMost is AllowAtMost against AllowN of the same cost on a key
+// that always has tokens, serial and from GOMAXPROCS goroutines. Compare
+// with
+//
+//	benchstat -col /op out.txt
+//
+// BenchmarkAtMostPaired measures the difference less noisily.
+func BenchmarkAtMost(b *testing.B) {
+	for _, mode := range []string{"serial", "parallel"} {
+		for _, c := range atMostCases {
+			b.Run("mode="+mode+"/op="+c.name, func(b *testing.B) {
+				l, err := New(plenty)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+				ctx := context.Background()
+				b.ReportAllocs()
+				if mode == "serial" {
+					for b.Loop() {
+						c.call(l, ctx)
+					}
+					return
+				}
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						c.call(l, ctx)
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkAtMostPaired times AllowN and AllowAtMost on one limiter in
+// alternating batches, as BenchmarkHotKeyPaired does: it reports
+// allown-ns and atmost-ns (the mean per call), atmost-% (their ratio: 100
+// = as fast) and atmost-min-% (the ratio of each call's fastest batch).
+func BenchmarkAtMostPaired(b *testing.B) {
+	const batch = 64
+	l, err := New(plenty)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	var ns [2]time.Duration
+	fastest := [2]time.Duration{time.Hour, time.Hour}
+	for b.Loop() {
+		for i, c := range atMostCases {
+			t0 := time.Now()
+			for range batch {
+				c.call(l, ctx)
+			}
+			d := time.Since(t0)
+			ns[i] += d
+			fastest[i] = min(fastest[i], d)
+		}
+	}
+	calls := float64(b.N * batch)
+	b.ReportMetric(float64(ns[0])/calls, "allown-ns")
+	b.ReportMetric(float64(ns[1])/calls, "atmost-ns")
+	b.ReportMetric(100*float64(ns[1])/float64(ns[0]), "atmost-%")
+	b.ReportMetric(100*float64(fastest[1])/float64(fastest[0]), "atmost-min-%")
+}
+
+// TestAtMostAllocs holds AllowAtMost on a hot key to no allocation, as
+// AllowN is held.
+func TestAtMostAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	l, err := New(plenty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	call := func() { atMostCases[1].call(l, ctx) }
+	call()
+	if got := testing.AllocsPerRun(1000, call); got != 0 {
+		t.Errorf("%v allocations per AllowAtMost, want 0", got)
+	}
+}

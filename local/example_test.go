@@ -127,3 +127,24 @@ func ExampleLimiter_LimitFor() {
 	// org:8 10/1s remaining after settling: 0
 	// org:9 refused: true <nil>
 }
+
+// A batch consumer takes up to 100 messages, as many as the key holds; a
+// request that used more than was left puts the key in debt.
+func ExampleLimiter_AllowAtMost() {
+	l, _ := local.New(tierlimit.PerHour(150))
+	defer l.Close()
+	ctx := context.Background()
+	for range 2 {
+		n, r, _ := l.AllowAtMost(ctx, "queue:7", 100)
+		fmt.Println(n, r.Remaining)
+	}
+	r, _ := l.Settle(ctx, "queue:7", 50, 60) // 10 more used than taken: 10 in debt
+	fmt.Println(r.Remaining, r.ResetAfter.Round(time.Minute))
+	n, r, _ := l.AllowAtMost(ctx, "queue:7", 100)
+	fmt.Println(n, r.RetryAfter.Round(time.Minute))
+	// Output:
+	// 100 50
+	// 50 0
+	// 0 1h4m0s
+	// 0 4m0s
+}

@@ -13,7 +13,9 @@
 // own (a tenant's plan), and a key whose limit changes keeps its tokens.
 // AllowAll decides several keys at once, all or nothing (a user and their
 // org); WaitN waits its turn for a key; Settle corrects a charge after the
-// fact (an estimate, then the real cost).
+// fact (an estimate, then the real cost), into debt when the real cost
+// overran what the key held; AllowAtMost takes up to n tokens, as many as
+// a key holds (a batch consumer's messages).
 //
 // Time comes from the clock of WithClock (default: the system's monotonic
 // clock). When an injected clock steps back, a bucket refills nothing until
@@ -66,7 +68,8 @@ type config struct {
 	observer  *tierlimit.Observer
 }
 
-// WithObserver reports every decision (AllowN, AllowAll, and WaitN's tries)
+// WithObserver reports every decision (AllowN, AllowAll, AllowAtMost, and
+// WaitN's tries)
 // to o.Decision, with Latency 0 (a decision in process waits on nothing,
 // and reading the clock to time it would cost more than deciding), and a whole charge given back (Settle with used 0) to
 // o.GiveBack: a metrics bridge (package metrics, metrics/otelbridge) counts
@@ -273,6 +276,61 @@ func (l *Limiter) allowN(key string, n int64) (tierlimit.Result, error) {
 		return tierlimit.Result{}, keyError(key, err)
 	}
 	return res, nil
+}
+
+// AllowAtMost takes between 1 and n tokens for key, as many as it holds
+// whole (a batch consumer takes up to n messages), and returns how many,
+// with the Result: Allowed, Remaining what is left. When the key holds
+// less than one whole token (a part of one, or debt from Settle) it takes
+// none and returns 0 and a denial whose RetryAfter is the exact wait for
+// one whole token. n may exceed the key's burst. ctx is accepted and
+// ignored. A key WithLimitFunc's function blocks (tierlimit.Blocked) is
+// granted 0 with the blocked Result. WithObserver's Decision reports N =
+// granted, or n when denied.
+//
+// Errors wrap tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost (n outside
+// [1, tierlimit.MaxRate]) or tierlimit.ErrInvalidLimit (a bad limit from
+// WithLimitFunc's function), and take nothing; after Close it returns
+// tierlimit.ErrClosed.
+func (l *Limiter) AllowAtMost(_ context.Context, key string, n int64) (int64, tierlimit.Result, error) {
+	granted, res, err := l.allowAtMost(key, n)
+	if err != nil {
+		return 0, res, named(err)
+	}
+	if l.onDecision != nil {
+		d := tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Limit: res.Limit}
+		if res.Allowed {
+			d.N = granted
+		}
+		l.onDecision(d)
+	}
+	return granted, res, nil
+}
+
+func (l *Limiter) allowAtMost(key string, n int64) (int64, tierlimit.Result, error) {
+	if err := check.Key(key); err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	if err := check.AtMost(n); err != nil {
+		return 0, tierlimit.Result{}, keyError(key, err)
+	}
+	if l.gate.Closed() {
+		return 0, tierlimit.Result{}, tierlimit.ErrClosed
+	}
+	limit := l.limitOf(key)
+	if limit == tierlimit.Blocked {
+		return 0, blocked, nil
+	}
+	now := l.now()
+	b, err := l.bucket(key, xxhash.Sum64String(key), limit, now)
+	if err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	granted, res, err := b.DecideAtMost(now, limit, n)
+	if err != nil {
+		return 0, tierlimit.Result{}, keyError(key, err)
+	}
+	return granted, res, nil
 }
 
 // Reset forgets key: its next call starts with a full bucket. It returns

@@ -196,9 +196,12 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 
 // Settle corrects an earlier charge of key: charged events were taken and
 // used really happened. charged > used gives the difference back (capped
-// at the key's burst); used > charged takes the difference more, down to
-// an empty bucket at the most (the events happened: Settle never refuses).
-// It returns the key's Result after the correction, Allowed. For a key
+// at the key's burst); used > charged takes the difference more, into debt
+// below empty when the key lacks it, down to minus its burst at the most
+// (the events happened: Settle never refuses, and tokens really used are
+// not forgiven). A key in debt is denied every cost, peeks included, until
+// its rate has repaid the debt: RetryAfter counts it, exactly, as does
+// ResetAfter; Remaining is 0. It returns the key's Result after the correction, Allowed. For a key
 // WithLimitFunc's function blocks, Settle changes nothing and returns the
 // blocked Result (not Allowed, Limit tierlimit.Blocked). ctx is accepted
 // and ignored.

@@ -285,8 +285,8 @@ func TestAllowAllConcurrent(t *testing.T) {
 }
 
 // TestSettle: a refund after an over-estimate restores exactly the
-// difference, an under-estimate takes it, capped at the burst and floored
-// at empty (bad costs are TestInputRules's, at the module's root).
+// difference, an under-estimate takes it, capped at the burst, and into
+// debt below empty (bad costs are TestInputRules's, at the module's root).
 func TestSettle(t *testing.T) {
 	p := newPlans("llm", tierlimit.PerMinute(10_000))
 	l, _ := newTest(t, tierlimit.PerSecond(5), WithLimitFunc(p.limit))
@@ -299,9 +299,9 @@ func TestSettle(t *testing.T) {
 	}{
 		{4000, 1234, 8766}, // over-estimate: 2766 back
 		{100, 350, 8516},   // under-estimate: 250 more
-		{0, 10_000, 0},     // more than is left: empty, never refused
-		{10_000, 0, 10_000},
-		{5000, 0, 10_000}, // capped at the burst
+		{0, 10_000, 0},     // more than is left: 1484 in debt, never refused
+		{10_000, 0, 8516},  // the debt repaid first (was 10000: floored at empty)
+		{5000, 0, 10_000},  // capped at the burst
 		{7, 7, 10_000},
 	} {
 		r, err := l.Settle(ctx, "llm", c.charged, c.used)

@@ -1,11 +1,11 @@
 -- anchoredwindow.lua: fixed windows that start at a key's first admitted
 -- hit and last one period, one per entry (a user key under one of its
--- limits), decided all-or-nothing or settled.
+-- limits), decided all-or-nothing, partly granted, or settled.
 --
 -- KEYS[i]   entry i's string "s:c:p:rate": s = µs the window started, c =
 --           count, written under the limit p:rate
 -- ARGV[1]   client clock in µs, or 0 for TIME
--- ARGV[2]   mode: "0" decides, "1" settles (see below)
+-- ARGV[2]   mode: "0" decides, "1" settles, "2" grants part (see below)
 -- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks and starts no window; in
 --           settle mode a signed change) and limit "p:rate": period in µs,
 --           events per window
@@ -15,6 +15,11 @@
 -- left until then. Settling adds the cost to the window's count, kept
 -- within [0, rate] (a positive one opens a window if none runs); it is
 -- never denied.
+-- Granting part (AllowAtMost, every entry's cost the same n >= 1): granted
+-- is the least of n and what every entry's window still admits, charged
+-- to every entry, allowed 1; when some entry admits none, granted is 0,
+-- allowed 0, nothing is charged and retry_us is the wait for one event.
+-- A window keeps no debt: what Settle takes beyond the rate is forgiven.
 --
 -- A state written under another limit: if its window has not ended by the
 -- old period, its count carries over, capped at rate, in the same window,
@@ -24,6 +29,7 @@
 -- expires when its window ends.
 local now = now_us()
 local settle = ARGV[2] == '1'
+local partial = ARGV[2] == '2'
 
 local n = #KEYS
 local start, cnt, p, rate, cost, lim, dirty = {}, {}, {}, {}, {}, {}, {}
@@ -44,10 +50,21 @@ for i = 1, n do
     s, c, dirty[i] = now, 0, false
   end
   start[i], cnt[i] = s, c
-  if not settle and c + cost[i] > rate[i] then allowed = 0 end
+  if not settle and not partial and c + cost[i] > rate[i] then allowed = 0 end
 end
 
-local reply = {allowed, 0}
+-- Granting part: every entry is then decided for the grant (or, when it
+-- is none, for one event, which sets retry_us).
+local granted = 0
+if partial then
+  granted = cost[1]
+  for i = 1, n do granted = math.min(granted, rate[i] - cnt[i]) end
+  granted = math.max(granted, 0)
+  if granted < 1 then allowed = 0 end
+  for i = 1, n do cost[i] = math.max(granted, 1) end
+end
+
+local reply = {allowed, granted}
 for i = 1, n do
   local c = cnt[i]
   local left = start[i] + p[i] - now

@@ -129,7 +129,8 @@ local function tb_limit(s)
   return tonumber(u), tonumber(p), tonumber(c)
 end
 
--- bucket_get returns the level k, r, the time ts (µs of the last write),
+-- bucket_get returns the level k (negative in debt: tokenbucket.lua's
+-- settle), r, the time ts (µs of the last write),
 -- the limit lim ("unit:per:cap") and the rest of the token bucket at key,
 -- stored as "k:r:ts:unit:per:cap" then rest: ledger.lua's ledger, which
 -- begins with '|' ('' for none). It returns nil when the key is absent
@@ -137,13 +138,14 @@ end
 local function bucket_get(key)
   local v = redis.call('GET', key)
   if not v then return nil end
-  local k, r, ts, lim, rest = string.match(v, '^(-?%d+):(%d+):(%d+):([^|]+)(.*)$')
+  local k, r, ts, lim, rest = string.match(v, '^(%-?%d+):(%d+):(%d+):([^|]+)(.*)$')
   return tonumber(k), tonumber(r), tonumber(ts), lim, rest
 end
 
 -- wait_us returns the µs level k, r takes to reach m tokens at per units a
 -- µs (0 when it holds them): ceil(((m - k)·unit - r) / per), through
--- muldiv. It is below 2^51 for m up to capacity (tierlimit.MaxFill).
+-- muldiv. It is below 2^52 for m up to capacity and k down to -capacity
+-- (twice tierlimit.MaxFill).
 local function wait_us(k, r, m, unit, per)
   if k >= m then return 0 end
   return (muldiv(m - k - 1, unit, unit - r + per - 1, per))
@@ -164,13 +166,15 @@ end
 -- under old up to now (to at most old's capacity less held, the tokens a
 -- lease ledger holds), then its whole tokens kept up to cap, as
 -- x/time/rate's SetLimit keeps them, and its part of a token scaled to
--- unit (rounded down: a conversion never adds). ts becomes the later of ts
+-- unit (rounded down: a conversion never adds); a debt is kept down to
+-- -cap. ts becomes the later of ts
 -- and now: the refill up to now is done.
 local function bucket_convert(k, r, ts, old, now, unit, cap, held)
   local ou, op, oc = tb_limit(old)
   k, r = fill(k, r, now - ts, ou, op, oc - held)
   ts = math.max(ts, now)
   if k >= cap then return cap, 0, ts end
+  if k < -cap then return -cap, 0, ts end -- debt past the new capacity
   return k, (muldiv(r, unit, 0, ou)), ts
 end
 

@@ -1,7 +1,8 @@
 -- slidinglog.lua: sliding log, one per entry (a user key under one of its
--- limits), decided all-or-nothing or settled. Every admitted request is an
--- entry of a sorted set scored by its time; a request is allowed when the
--- entries of the last period plus its cost fit the rate.
+-- limits), decided all-or-nothing, partly granted, or settled. Every
+-- admitted request is an entry of a sorted set scored by its time; a
+-- request is allowed when the entries of the last period plus its cost fit
+-- the rate.
 --
 -- KEYS[2i-1] entry i's sorted set: member "seq:cost", score = µs admitted
 -- KEYS[2i]   entry i's string "sum:seq:last:first:fcost:zexp:unit": sum =
@@ -20,7 +21,7 @@
 --            extended only when less than one is left: most calls make no
 --            PEXPIRE.
 -- ARGV[1]    client clock in µs, or 0 for TIME
--- ARGV[2]    mode: "0" decides, "1" settles (see below)
+-- ARGV[2]    mode: "0" decides, "1" settles, "2" grants part (see below)
 -- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
 --            change) and limit "p:rate": period in µs, events per period
 --
@@ -29,6 +30,11 @@
 -- request to fit: exact. Settling adds a positive cost as an entry, up to
 -- what fits the rate; a negative one comes off the newest entries (whole
 -- ones removed, the last one's cost lowered); it is never denied.
+-- Granting part (AllowAtMost, every entry's cost the same n >= 1): granted
+-- is the least of n and what every entry's window still admits, charged
+-- to every entry, allowed 1; when some entry admits none, granted is 0,
+-- allowed 0, nothing is charged and retry_us is the wait for one event.
+-- A window keeps no debt: what Settle takes beyond the rate is forgiven.
 --
 -- The log does not record its limit: its entries mean the same under any,
 -- so a changed limit judges the same log by the new period and rate (a
@@ -43,6 +49,7 @@
 -- entries, which the first branch below deletes).
 local now = now_us()
 local settle = ARGV[2] == '1'
+local partial = ARGV[2] == '2'
 
 -- stateMargin (µs) keeps the state string past its sorted set: the two
 -- TTLs are rounded up to whole ms from different calls' clocks.
@@ -189,10 +196,21 @@ for i = 1, n do
   elseif s == 0 then
     first[i], fcost[i], unit[i] = 0, 0, 1
   end
-  if not settle and cost[i] > 0 and sum[i] + cost[i] > rate[i] then allowed = 0 end
+  if not settle and not partial and cost[i] > 0 and sum[i] + cost[i] > rate[i] then allowed = 0 end
 end
 
-local reply = {allowed, 0}
+-- Granting part: every entry is then decided for the grant (or, when it
+-- is none, for one event, which sets retry_us).
+local granted = 0
+if partial then
+  granted = cost[1]
+  for i = 1, n do granted = math.min(granted, rate[i] - sum[i]) end
+  granted = math.max(granted, 0)
+  if granted < 1 then allowed = 0 end
+  for i = 1, n do cost[i] = math.max(granted, 1) end
+end
+
+local reply = {allowed, granted}
 for i = 1, n do
   local zs = KEYS[2 * i - 1]
   local retry = 0

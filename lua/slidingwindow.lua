@@ -1,13 +1,14 @@
 -- slidingwindow.lua: sliding window counter, one per entry (a user key
--- under one of its limits), decided all-or-nothing or settled. The count of
--- the previous fixed window, weighted by how much of it the sliding window
--- still covers, plus the current window's count must fit the rate.
+-- under one of its limits), decided all-or-nothing, partly granted, or
+-- settled. The count of the previous fixed window, weighted by how much of
+-- it the sliding window still covers, plus the current window's count must
+-- fit the rate.
 --
 -- KEYS[i]   entry i's string "w:c:pc:p:rate:q": w = current window index,
 --           c = its count, pc = the previous window's count, written under
 --           the limit p:rate:q
 -- ARGV[1]   client clock in µs, or 0 for TIME
--- ARGV[2]   mode: "0" decides, "1" settles (see below)
+-- ARGV[2]   mode: "0" decides, "1" settles, "2" grants part (see below)
 -- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
 --           change) and limit "p:rate:q": period in µs, rate, q: the
 --           weight's grain in µs, chosen so that rate × (period / q) stays
@@ -22,6 +23,11 @@
 -- fits. Settling adds a positive cost to the current count, up to what
 -- fits the rate; a negative one comes off the current count, then the
 -- previous one, down to 0; it is never denied.
+-- Granting part (AllowAtMost, every entry's cost the same n >= 1): granted
+-- is the least of n and what every entry's window still admits, charged
+-- to every entry, allowed 1; when some entry admits none, granted is 0,
+-- allowed 0, nothing is charged and retry_us is the wait for one event.
+-- A window keeps no debt: what Settle takes beyond the rate is forgiven.
 --
 -- A state written under another limit: its counts, rolled over by the old
 -- period, carry over (each capped at rate) as the current and previous
@@ -34,6 +40,7 @@
 -- both windows they hold have passed.
 local now = now_us()
 local settle = ARGV[2] == '1'
+local partial = ARGV[2] == '2'
 
 -- roll returns the count of window w and of the one before, from a state
 -- of window sw with counts c, pc.
@@ -68,7 +75,18 @@ for i = 1, n do
   local m = idiv(p[i], q[i])
   local k = cdiv(p[i] - (now - w[i] * p[i]), q[i])
   est[i] = math.min(pc, cdiv(pc * k, m)) + c
-  if not settle and cost[i] > 0 and est[i] + cost[i] > rate[i] then allowed = 0 end
+  if not settle and not partial and cost[i] > 0 and est[i] + cost[i] > rate[i] then allowed = 0 end
+end
+
+-- Granting part: every entry is then decided for the grant (or, when it
+-- is none, for one event, which sets retry_us).
+local granted = 0
+if partial then
+  granted = cost[1]
+  for i = 1, n do granted = math.min(granted, rate[i] - est[i]) end
+  granted = math.max(granted, 0)
+  if granted < 1 then allowed = 0 end
+  for i = 1, n do cost[i] = math.max(granted, 1) end
 end
 
 -- fits returns the µs, from now, at which a window starting at wstart whose
@@ -83,7 +101,7 @@ local function fits(i, pc, room, wstart)
   return math.max(0, wstart + math.max(0, p[i] - k * q[i]) - now)
 end
 
-local reply = {allowed, 0}
+local reply = {allowed, granted}
 for i = 1, n do
   local c, pc = cur[i], prev[i]
   local retry = 0

@@ -25,7 +25,11 @@
 //     deadline; waiters on a key queue in the process, and only the first
 //     asks Redis;
 //   - Settle: correct a charge after the fact (an estimate settled to the
-//     real cost), capped at full and never below empty, in one round trip.
+//     real cost), capped at full, in one round trip; TokenBucket and GCRA
+//     take an overrun into debt, down to minus the capacity, which the key
+//     repays before it is admitted again; the windows keep no debt;
+//   - AllowAtMost: take between 1 and n tokens, as many as the key holds
+//     (a batch), in one round trip, or none with the wait for one.
 //
 // The limiters are safe for concurrent use. Their errors are bad input
 // (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost, and

@@ -132,3 +132,45 @@ func ExampleTokenBucket_Settle() {
 	// after the estimate: 6000
 	// after settling: 8500
 }
+
+// A request that used more than the key had left puts the key in debt: it
+// is denied until the rate has repaid it, and told exactly how long.
+func ExampleTokenBucket_Settle_debt() {
+	rdb, done := redisForExample()
+	defer done()
+	ctx := context.Background()
+	lim, err := remote.NewTokenBucket(rdb, tierlimit.PerMinute(10_000),
+		remote.WithClientClock(&stepClock{t: time.Unix(1_700_000_000, 0)}))
+	if err != nil {
+		panic(err)
+	}
+	lim.AllowN(ctx, "tenant:9", 9000)                 // a request's estimate
+	lim.AllowN(ctx, "tenant:9", 1000)                 // another's: the key is empty
+	r, _ := lim.Settle(ctx, "tenant:9", 9000, 10_000) // the first used 1000 more
+	fmt.Println("after settling:", r.Remaining, r.ResetAfter)
+	r, _ = lim.AllowN(ctx, "tenant:9", 500)
+	fmt.Println(r.Allowed, r.RetryAfter) // 1000 in debt, then 500
+	// Output:
+	// after settling: 0 1m6s
+	// false 9s
+}
+
+// A batch consumer takes up to 100 messages, as many as the key holds.
+func ExampleTokenBucket_AllowAtMost() {
+	rdb, done := redisForExample()
+	defer done()
+	ctx := context.Background()
+	lim, err := remote.NewTokenBucket(rdb, tierlimit.PerSecond(10).WithBurst(150),
+		remote.WithClientClock(&stepClock{t: time.Unix(1_700_000_000, 0)}))
+	if err != nil {
+		panic(err)
+	}
+	for range 3 {
+		n, r, _ := lim.AllowAtMost(ctx, "queue:7", 100)
+		fmt.Println(n, r.Remaining, r.RetryAfter)
+	}
+	// Output:
+	// 100 50 0s
+	// 50 0 0s
+	// 0 0 100ms
+}

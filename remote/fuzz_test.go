@@ -13,7 +13,9 @@ import (
 // FuzzAllowN drives every algorithm with arbitrary limits, costs, keys and
 // time steps on miniredis: no panic, bad input gives a typed error, and a
 // decision's Remaining stays within [0, capacity]; so does a Settle of the
-// cost to half of it, and an AllowAll of the key with another.
+// cost to half of it, one of nothing to the cost (into debt, on a bucket),
+// and an AllowAll of the key with another; AllowAtMost of the cost grants
+// between 0 and min(cost, capacity), Allowed exactly when it grants.
 func FuzzAllowN(f *testing.F) {
 	f.Add(uint8(0), int64(10), int64(1_000_000), int64(0), "k", int64(1), int64(0), int64(3))
 	f.Add(uint8(1), int64(3), int64(1_000_000), int64(5), "a{b}", int64(5), int64(333_333), int64(2))
@@ -65,6 +67,24 @@ func FuzzAllowN(f *testing.F) {
 				if err != nil || !s.Allowed || s.Remaining < r.Remaining || s.Remaining > capacity {
 					t.Fatalf("%s %v: Settle(%q, %d, %d) after %+v = %+v, %v; want allowed, Remaining in [%d, %d]",
 						a.name, limit, key, n, n/2, r, s, err, r.Remaining, capacity)
+				}
+			}
+			if i%4 == 3 {
+				s, err := d.(tenant).Settle(context.Background(), key, 0, n)
+				if err != nil || !s.Allowed || s.Remaining < 0 || s.Remaining > capacity || s.RetryAfter != 0 {
+					t.Fatalf("%s %v: Settle(%q, 0, %d) = %+v, %v; want allowed, Remaining in [0, %d]", a.name, limit, key, n, s, err, capacity)
+				}
+			}
+			if i%4 == 1 {
+				g, r, err := d.(budget).AllowAtMost(context.Background(), key, n+repeat%3)
+				switch {
+				case err != nil:
+					if !errors.Is(err, tierlimit.ErrInvalidCost) {
+						t.Fatalf("%s %v: AllowAtMost(%q, %d) = %v, want nil or ErrInvalidCost", a.name, limit, key, n+repeat%3, err)
+					}
+				case g < 0 || g > min(n+repeat%3, capacity) || r.Allowed != (g > 0) || r.Allowed != (r.RetryAfter == 0) ||
+					r.Remaining < 0 || r.Remaining > capacity || r.ResetAfter < 0:
+					t.Fatalf("%s %v: AllowAtMost(%q, %d) = %d, %+v", a.name, limit, key, n+repeat%3, g, r)
 				}
 			}
 			if i%3 == 2 {

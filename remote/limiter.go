@@ -40,8 +40,9 @@ func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit
 func named(err error) error { return check.Named("remote", err) }
 
 // AllowN reports whether n events may happen now for key, and charges them
-// if so. n == 0 peeks: it charges nothing and is always allowed, with
-// Remaining telling what is left. A key WithLimitFunc's function blocks
+// if so. n == 0 peeks: it charges nothing and is allowed, with Remaining
+// telling what is left, but on a TokenBucket or GCRA key in debt (Settle),
+// where it is denied with the wait until the debt is repaid. A key WithLimitFunc's function blocks
 // (tierlimit.Blocked) is denied, peeks too, without a call to Redis.
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	res, err := l.s.AllowN(ctx, key, n)
@@ -103,15 +104,38 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // Settle corrects an earlier charge of key: it was charged charged and
 // really used used (say an LLM request charged its estimate, then its
 // real cost). The difference is given back when charged > used, up to full
-// at most, or taken when used > charged, down to empty at most, under
-// each of the key's limits in one round trip; it is never denied (the
-// events happened). Both must be between 0 and the key's capacity, else
+// at most, or taken when used > charged, under each of the key's limits in
+// one round trip; it is never denied (the events happened). TokenBucket
+// and GCRA take what the key lacks into debt, down to minus its capacity
+// at most, rather than forgive tokens really used: a key in debt is denied
+// every cost, peeks included, with a RetryAfter (and ResetAfter) that
+// counts the debt exactly, until the rate has repaid it; Remaining is
+// never negative. The window algorithms keep no debt: their count stays
+// within [0, Rate], so what the window lacks is forgiven. Both must be between 0 and the key's capacity, else
 // tierlimit.ErrInvalidCost. The Result is Allowed, with Remaining after;
 // for a key WithLimitFunc's function blocks, Settle changes nothing and
 // returns the blocked Result (not Allowed, Limit tierlimit.Blocked).
 func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	res, err := l.s.Settle(ctx, key, charged, used)
 	return res, named(err)
+}
+
+// AllowAtMost takes between 1 and n tokens for key, as many as it holds
+// whole under every one of its limits (a batch consumer takes up to n
+// messages), in one round trip, and returns how many with the Result:
+// Allowed, Remaining what is left. When a limit holds less than one whole
+// token (a part of one, debt from Settle, or a full window), it takes none
+// and returns 0 with a denial whose RetryAfter is the exact wait for one
+// (the largest over the key's limits). n may exceed the key's capacity, up
+// to tierlimit.MaxRate; n < 1 or above is tierlimit.ErrInvalidCost, a bad
+// key tierlimit.ErrInvalidKey, a bad WithLimitFunc answer
+// tierlimit.ErrInvalidLimit, all before any call. A key the WithLimitFunc
+// function blocks (tierlimit.Blocked) is granted 0 with the blocked
+// Result, without a call. WithObserver sees a Decision of N = granted, or
+// n when denied.
+func (l *limiter) AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
+	granted, res, err := l.s.AllowAtMost(ctx, key, n)
+	return granted, res, named(err)
 }
 
 // LimitFor returns the limit key is decided under: WithLimitFunc's answer

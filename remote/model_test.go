@@ -14,8 +14,8 @@ import (
 	"github.com/tierlimit/tierlimit/internal/script"
 )
 
-// TestSlidingLogModel runs random calls and clock steps through
-// slidinglog.lua, with one limit and with the same limit twice (on two pairs
+// TestSlidingLogModel runs random calls (AllowAtMost's partial mode among
+// them) and clock steps through slidinglog.lua, with one limit and with the same limit twice (on two pairs
 // of keys), and checks every reply against logModel, and that the keys' TTLs
 // keep the script's invariant: the sorted set lives at least until its
 // newest entry leaves the window and at most two periods past it, and the
@@ -51,17 +51,27 @@ func TestSlidingLogModel(t *testing.T) {
 				cost = rng.Int64N(rate + 1)
 			}
 			spec := fmt.Sprintf("%d:%d", period, rate)
-			got1, err1 := script.SlidingLog.Run(ctx, rdb, one, 0, "0", cost, spec).Slice()
-			got2, err2 := script.SlidingLog.Run(ctx, rdb, two, 0, "0", cost, spec, cost, spec).Slice()
+			// Now and then AllowAtMost's partial mode, of up to twice the rate.
+			mode := "0"
+			if rng.IntN(8) == 0 {
+				mode, cost = "2", 1+rng.Int64N(2*rate)
+			}
+			got1, err1 := script.SlidingLog.Run(ctx, rdb, one, 0, mode, cost, spec).Slice()
+			got2, err2 := script.SlidingLog.Run(ctx, rdb, two, 0, mode, cost, spec, cost, spec).Slice()
 			if err1 != nil || err2 != nil {
 				t.Fatalf("limit %d step %d: %v, %v", li, step, err1, err2)
 			}
-			want := log.call(now, cost, period, rate)
+			var want []any
+			if mode == "2" {
+				want = log.atMost(now, cost, period, rate)
+			} else {
+				want = log.call(now, cost, period, rate)
+			}
 			if !reflect.DeepEqual(got1, want) {
-				t.Fatalf("limit %d step %d, cost %d at %d: one limit %v, model %v", li, step, cost, now, got1, want)
+				t.Fatalf("limit %d step %d, mode %s cost %d at %d: one limit %v, model %v", li, step, mode, cost, now, got1, want)
 			}
 			if want2 := append(want, want[2:]...); !reflect.DeepEqual(got2, want2) {
-				t.Fatalf("limit %d step %d, cost %d at %d: the limit twice %v, model %v", li, step, cost, now, got2, want2)
+				t.Fatalf("limit %d step %d, mode %s cost %d at %d: the limit twice %v, model %v", li, step, mode, cost, now, got2, want2)
 			}
 			z, _ := rdb.ZRangeWithScores(ctx, one[0], 0, -1).Result()
 			if len(z) == 0 {
@@ -115,6 +125,26 @@ func (m *logModel) call(now, cost, period, rate int64) []any {
 		reset = (*m)[len(*m)-1].t + period - now
 	}
 	return []any{allowed, int64(0), rate - sum, retry, reset}
+}
+
+// atMost grants min(n, what the window still admits) at now as
+// slidinglog.lua's partial mode must, and returns its reply: a grant is an
+// admitted call of that cost; none is a denied call of cost 1, which
+// charges nothing.
+func (m *logModel) atMost(now, n, period, rate int64) []any {
+	for len(*m) > 0 && (*m)[0].t <= now-period {
+		*m = (*m)[1:]
+	}
+	sum := int64(0)
+	for _, e := range *m {
+		sum += e.c
+	}
+	if g := min(n, rate-sum); g >= 1 {
+		reply := m.call(now, g, period, rate)
+		reply[1] = g
+		return reply
+	}
+	return m.call(now, 1, period, rate)
 }
 
 // TestTokenBucketClockStepsBack steps the server's clock back below a

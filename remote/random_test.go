@@ -11,11 +11,12 @@ import (
 )
 
 // TestTenantsRandom drives every algorithm with random calls (AllowN,
-// Settle, AllowAll with another key) while the key's LimitFunc answer
+// Settle, AllowAll with another key, AllowAtMost) while the key's LimitFunc answer
 // changes at random and the clock steps forward, and now and then back (a
 // client clock behind another's). Every Result must be consistent: a peek
 // allowed, a denial with a RetryAfter (an admission without),
-// Remaining within [0, capacity] of the limit that decided.
+// Remaining within [0, capacity] of the limit that decided. A peek is
+// allowed but on a bucket in debt (TokenBucket, GCRA: Settle's overruns).
 func TestTenantsRandom(t *testing.T) {
 	ctx := context.Background()
 	limits := []tierlimit.Limit{
@@ -39,7 +40,8 @@ func TestTenantsRandom(t *testing.T) {
 				n := int64(rng.IntN(4))
 				var r tierlimit.Result
 				var err error
-				call := rng.IntN(4)
+				call := rng.IntN(5)
+				var granted int64
 				switch call {
 				case 0, 1:
 					r, err = l.AllowN(ctx, "k", n)
@@ -47,6 +49,12 @@ func TestTenantsRandom(t *testing.T) {
 					r, err = l.Settle(ctx, "k", n, rng.Int64N(cur.Rate+1))
 				case 3:
 					r, err = l.AllowAll(ctx, tierlimit.Take{Key: "k", N: n}, tierlimit.Take{Key: "o", N: 1})
+				case 4:
+					granted, r, err = l.(budget).AllowAtMost(ctx, "k", 1+n*n)
+					if err != nil || granted < 0 || granted > min(1+n*n, cur.Rate) || r.Allowed != (granted > 0) {
+						t.Fatalf("step %d: AllowAtMost(%d) under %v = %d, %+v, %v", step, 1+n*n, cur, granted, r, err)
+					}
+					continue
 				}
 				if n > cur.Rate {
 					if err == nil {
@@ -60,7 +68,7 @@ func TestTenantsRandom(t *testing.T) {
 				switch {
 				case r.Allowed != (r.RetryAfter == 0),
 					r.Remaining < 0 || r.Remaining > r.Limit.Capacity(),
-					n == 0 && call < 2 && !r.Allowed:
+					n == 0 && call < 2 && !r.Allowed && alg.windowed:
 					t.Fatalf("step %d, call %d of cost %d under %v: %+v", step, call, n, cur, r)
 				}
 			}

@@ -79,7 +79,8 @@ func usedIn(t *testing.T, alg string, rdb redis.UniversalClient, keys []string, 
 // TestSettleRestoresDifference charges an estimate, settles it to the real
 // cost, and reads the state in Redis: exactly the real cost is charged.
 // Settling the other way takes the difference; settling never passes full
-// or empty, and is never denied.
+// and is never denied. Below empty, TokenBucket and GCRA go into debt (the
+// steps' debt figures; the windows floor at empty, keeping no debt).
 func TestSettleRestoresDifference(t *testing.T) {
 	ctx := context.Background()
 	limit := tierlimit.PerSecond(10)
@@ -94,15 +95,21 @@ func TestSettleRestoresDifference(t *testing.T) {
 				name            string
 				call            func() (tierlimit.Result, error)
 				used, remaining int64
+				debt            []int64 // used and remaining on a bucket, when they differ
 			}{
-				{"charge the estimate 8", func() (tierlimit.Result, error) { return l.AllowN(ctx, "k", 8) }, 8, 2},
-				{"settle 8 to 3", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 8, 3) }, 3, 7},
-				{"settle 2 to 5", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 2, 5) }, 6, 4},
-				{"settle 0 to 10: empty, not below", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 0, 10) }, 10, 0},
-				{"settle 10 to 0: full, not above", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 10, 0) }, 0, 10},
-				{"settle 10 to 0 again", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 10, 0) }, 0, 10},
+				{"charge the estimate 8", func() (tierlimit.Result, error) { return l.AllowN(ctx, "k", 8) }, 8, 2, nil},
+				{"settle 8 to 3", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 8, 3) }, 3, 7, nil},
+				{"settle 2 to 5", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 2, 5) }, 6, 4, nil},
+				// A bucket: 6 in debt (was: empty, 10 used).
+				{"settle 0 to 10: below empty", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 0, 10) }, 10, 0, []int64{16, 0}},
+				// A bucket: the debt repaid first (was: full).
+				{"settle 10 to 0", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 10, 0) }, 0, 10, []int64{6, 4}},
+				{"settle 10 to 0 again: full, not above", func() (tierlimit.Result, error) { return l.Settle(ctx, "k", 10, 0) }, 0, 10, nil},
 			}
 			for _, s := range steps {
+				if s.debt != nil && !alg.windowed {
+					s.used, s.remaining = s.debt[0], s.debt[1]
+				}
 				r, err := s.call()
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)

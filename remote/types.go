@@ -8,9 +8,12 @@ import (
 
 // TokenBucket is a token bucket in Redis: Burst tokens, refilled at Rate
 // per Period, exact in integer arithmetic. The hybrid tier leases its
-// tokens from the same buckets.
+// tokens from the same buckets. Settle may take a key into debt, down to
+// minus its capacity: it is denied until the refill has repaid it.
 //
-// A TokenBucket is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
+// A TokenBucket is safe for concurrent use.
+// Its methods are Allow, AllowN, AllowAtMost, AllowAll, WaitN, Settle,
+// LimitFor and Reset.
 type TokenBucket struct{ *limiter }
 
 // NewTokenBucket returns a TokenBucket enforcing limit (and any
@@ -26,9 +29,13 @@ func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Op
 // GCRA is a generic cell rate algorithm limiter in Redis: one value per key
 // (the theoretical arrival time, in µs and a remainder, so that the
 // emission interval Period/Rate is exact). It admits exactly what a token
-// bucket of the same limit admits.
+// bucket of the same limit admits, debt included: Settle may move the
+// theoretical arrival time past now + tolerance, down to a level of minus
+// the capacity.
 //
-// A GCRA is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
+// A GCRA is safe for concurrent use.
+// Its methods are Allow, AllowN, AllowAtMost, AllowAll, WaitN, Settle,
+// LimitFor and Reset.
 type GCRA struct{ *limiter }
 
 // NewGCRA returns a GCRA limiter enforcing limit (and any WithLimits).
@@ -52,9 +59,12 @@ func NewGCRA(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (
 // FixedWindow counts events in fixed windows of one Period aligned on the
 // Unix epoch: at most Rate per window, so up to 2·Rate may pass within one
 // Period across a window boundary. A denied request may retry when its
-// window ends. Burst must be 0 (or Rate).
+// window ends. Burst must be 0 (or Rate). A window keeps no debt: Settle
+// takes at most what the window still admits.
 //
-// A FixedWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
+// A FixedWindow is safe for concurrent use.
+// Its methods are Allow, AllowN, AllowAtMost, AllowAll, WaitN, Settle,
+// LimitFor and Reset.
 type FixedWindow struct{ *limiter }
 
 // NewFixedWindow returns a FixedWindow limiter enforcing limit (and any
@@ -69,9 +79,13 @@ func NewFixedWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Op
 
 // AnchoredWindow counts events in a window that opens at a key's first
 // admitted event and lasts one Period: at most Rate per window. A denied
-// request is told the time left until its window ends. Burst must be 0 (or Rate).
+// request is told the time left until its window ends. Burst must be 0
+// (or Rate). A window keeps no debt: Settle takes at most what the window
+// still admits.
 //
-// An AnchoredWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
+// An AnchoredWindow is safe for concurrent use.
+// Its methods are Allow, AllowN, AllowAtMost, AllowAll, WaitN, Settle,
+// LimitFor and Reset.
 type AnchoredWindow struct{ *limiter }
 
 // NewAnchoredWindow returns an AnchoredWindow limiter enforcing limit (and
@@ -88,9 +102,12 @@ func NewAnchoredWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ..
 // exactly at most Rate in any window of one Period. It costs memory in
 // Redis for every admitted request (O(Rate) per key): NewSlidingLog refuses
 // a Rate above 1,000,000 (about 100 MB per key); prefer SlidingWindow or
-// TokenBucket for large rates. Burst must be 0 (or Rate).
+// TokenBucket for large rates. Burst must be 0 (or Rate). The log keeps no
+// debt: Settle adds at most what the window still admits.
 //
-// A SlidingLog is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
+// A SlidingLog is safe for concurrent use.
+// Its methods are Allow, AllowN, AllowAtMost, AllowAll, WaitN, Settle,
+// LimitFor and Reset.
 type SlidingLog struct{ *limiter }
 
 // NewSlidingLog returns a SlidingLog limiter enforcing limit (and any
@@ -107,9 +124,12 @@ func NewSlidingLog(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Opt
 // fixed window's and the previous one's, weighted by how much of it the
 // sliding window still covers (it assumes the previous window's events were
 // evenly spread). Constant memory per key; never more than Rate in one
-// fixed window. Burst must be 0 (or Rate).
+// fixed window. Burst must be 0 (or Rate). It keeps no debt: Settle adds
+// at most what the window still admits.
 //
-// A SlidingWindow is safe for concurrent use. Its methods are Allow, AllowN, AllowAll, WaitN, Settle, LimitFor and Reset.
+// A SlidingWindow is safe for concurrent use.
+// Its methods are Allow, AllowN, AllowAtMost, AllowAll, WaitN, Settle,
+// LimitFor and Reset.
 type SlidingWindow struct{ *limiter }
 
 // NewSlidingWindow returns a SlidingWindow limiter enforcing limit (and any

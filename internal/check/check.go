@@ -25,16 +25,6 @@ func Key(key string) error {
 	return nil
 }
 
-// AtMost checks the n of an AllowAtMost of key: between 1 and
-// tierlimit.MaxRate, whatever the key's limit (a grant is at most what the
-// key holds). Its error wraps tierlimit.ErrInvalidCost.
-func AtMost(key string, n int64) error {
-	if n < 1 || n > tierlimit.MaxRate {
-		return fmt.Errorf("%w: n %d must be between 1 and %d (key %q)", tierlimit.ErrInvalidCost, n, int64(tierlimit.MaxRate), key)
-	}
-	return nil
-}
-
 // Takes checks takes for AllowAll and returns them with the takes of one
 // key added up into one, in the order each key first appears. It returns
 // an error wrapping tierlimit.ErrInvalidKey for a bad key, and
@@ -70,6 +60,16 @@ func Takes(takes []tierlimit.Take) ([]tierlimit.Take, error) {
 		out[i].N += t.N
 	}
 	return out, nil
+}
+
+// AtMost reports whether n is a cost an AllowAtMost may ask: from 1 to
+// tierlimit.MaxRate, above a key's capacity too (it is granted what the
+// key holds). Its error wraps tierlimit.ErrInvalidCost.
+func AtMost(n int64) error {
+	if n < 1 || n > tierlimit.MaxRate {
+		return fmt.Errorf("%w: n %d must be between 1 and %d", tierlimit.ErrInvalidCost, n, int64(tierlimit.MaxRate))
+	}
+	return nil
 }
 
 // Named returns err as a caller of package pkg sees it: prefixed "pkg: "

@@ -12,9 +12,10 @@ import (
 	"github.com/tierlimit/tierlimit/internal/check"
 )
 
-// errLedger is returned by AllowAll and Settle of a Limiter with a lease
-// ledger (Config.Hold): its script decides one key at a time.
-var errLedger = fmt.Errorf("%w: AllowAll and Settle are not for a lease ledger", tierlimit.ErrInvalidOption)
+// errLedger is returned by AllowAll, Settle and AllowAtMost of a Limiter
+// with a lease ledger (Config.Hold): its script decides one key at a time,
+// by claims.
+var errLedger = fmt.Errorf("%w: AllowAll, Settle and AllowAtMost are not for a lease ledger", tierlimit.ErrInvalidOption)
 
 // group is the takes of one call: keys of one Cluster slot (every key, on
 // a single Redis).
@@ -186,8 +187,11 @@ func (l *Limiter) undo(ctx context.Context, groups []*group) error {
 
 // Settle corrects a charge of key after the fact: the key was charged
 // charged and really used used. The difference is given back (charged >
-// used; up to full at most) or taken (used > charged; down to empty at
-// most, never denied) under each of the key's limits, in one round trip.
+// used; up to full at most) or taken (used > charged; never denied) under
+// each of the key's limits, in one round trip: the token bucket and GCRA
+// take it into debt below empty, down to minus the capacity, which their
+// refill repays before the key is admitted again; the window algorithms
+// keep no debt (a count stays within [0, rate]).
 // Both must be between 0 and the key's capacity (ErrInvalidCost). The
 // Result is Allowed, with Remaining after the correction; for a key
 // Config.LimitFunc blocks, Settle changes nothing and returns
@@ -213,4 +217,54 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceRemote, N: charged, Limit: p.limits[0]})
 	}
 	return res, err
+}
+
+// AllowAtMost grants key between 1 and n tokens, as many as each of its
+// limits holds whole (the least of them), charged to every limit, in one
+// round trip; or, when a limit holds less than one, none, with a denial
+// whose RetryAfter is the largest exact wait for one. n is from 1 to
+// tierlimit.MaxRate, above the key's capacity too (ErrInvalidCost
+// otherwise, after the key's ErrInvalidKey). A key Config.LimitFunc blocks
+// is granted 0 with blockedResult, without a call. The observer sees the
+// call as "allow", and a Decision of N = granted, or n when denied.
+func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
+	if l.alg.ledger {
+		return 0, tierlimit.Result{}, errLedger
+	}
+	var start time.Time // read only when observed
+	if l.observed() {
+		start = time.Now()
+	}
+	if err := check.Key(key); err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	if err := check.AtMost(n); err != nil {
+		return 0, tierlimit.Result{}, fmt.Errorf("%w (key %q)", err, key)
+	}
+	p, err := l.planOf(key)
+	if err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	if p == blockedPlan {
+		if l.onDecision != nil {
+			l.reportDecision(blockedResult, n, time.Since(start))
+		}
+		return 0, blockedResult, nil
+	}
+	res, granted, err := l.run(ctx, l.Keys(key), l.args(modePartial, p, n), p.limits)
+	if !l.observed() {
+		return granted, res, err
+	}
+	lat := time.Since(start)
+	if l.onCall != nil {
+		l.onCall(tierlimit.RedisCall{Op: "allow", Latency: lat, Err: err})
+	}
+	if err != nil {
+		return 0, res, err
+	}
+	if res.Allowed {
+		n = granted
+	}
+	l.reportDecision(res, n, lat)
+	return granted, res, nil
 }

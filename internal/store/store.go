@@ -267,10 +267,12 @@ func (l *Limiter) redisErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// The scripts' modes (ARGV[2]): decide all-or-nothing, or settle.
+// The scripts' modes (ARGV[2]): decide all-or-nothing, settle, or grant
+// part (AllowAtMost).
 const (
-	modeDecide = "0"
-	modeSettle = "1"
+	modeDecide  = "0"
+	modeSettle  = "1"
+	modePartial = "2"
 )
 
 // args builds the ARGV of a call over the entries of one key under p,
@@ -327,8 +329,9 @@ func (l *Limiter) now() int64 {
 }
 
 // AllowN reports whether n events may happen now for key, and charges them
-// if so. n == 0 peeks: it charges nothing and is always allowed, with
-// Remaining telling what is left. A key Config.LimitFunc blocks is denied
+// if so. n == 0 peeks: it charges nothing and is allowed, with Remaining
+// telling what is left, but on a token bucket or GCRA key in debt
+// (Settle), where it is denied with the wait until the debt is repaid. A key Config.LimitFunc blocks is denied
 // (blockedResult), peeks too, without a call.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if l.observed() {

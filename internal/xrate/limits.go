@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 )
 
 // DecideLimit is Decide for a bucket whose limit may change between calls
@@ -51,12 +52,15 @@ func (b *Bucket) check(limit tierlimit.Limit, n int64) error {
 
 // Settle corrects a charge made earlier: the caller took charged tokens
 // and really used used. charged > used gives the difference back (b is
-// capped at its capacity); used > charged takes the difference more, down
-// to empty at the most (the events happened: it is never refused). b
-// follows limit first, as in DecideLimit. It returns the Result after the
-// correction, Allowed, or an error wrapping tierlimit.ErrInvalidLimit, or
-// tierlimit.ErrInvalidCost when charged or used is outside [0, the
-// limit's capacity]; b is then unchanged.
+// capped at its capacity); used > charged takes the difference more, into
+// debt below empty if b lacks it, down to minus the capacity at the most
+// (the events happened: it is never refused, and the tokens they used are
+// not forgiven). A Bucket in debt denies every cost, peeks included, until
+// its refill has repaid the debt: RetryAfter and ResetAfter count it, and
+// Remaining is 0. b follows limit first, as in DecideLimit. It returns the
+// Result after the correction, Allowed, or an error wrapping
+// tierlimit.ErrInvalidLimit, or tierlimit.ErrInvalidCost when charged or
+// used is outside [0, the limit's capacity]; b is then unchanged.
 func (b *Bucket) Settle(now time.Time, limit tierlimit.Limit, charged, used int64) (tierlimit.Result, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -67,19 +71,39 @@ func (b *Bucket) Settle(now time.Time, limit tierlimit.Limit, charged, used int6
 		return tierlimit.Result{}, err
 	}
 	b.follow(now, limit)
-	switch back := charged - used; {
-	case back >= 0 && uint64(back) >= b.cap-b.tokens:
-		b.tokens, b.rem = b.cap, 0
-	case back >= 0:
-		b.tokens += uint64(back)
-	case uint64(-back) > b.tokens:
-		// Below empty: the level floors at zero, the part of the next token
-		// included.
-		b.tokens, b.rem = 0, 0
-	default:
-		b.tokens -= uint64(-back)
-	}
+	// Whole tokens and the correction are within [-cap, cap]: no overflow.
+	b.setWhole(b.whole() + charged - used)
 	return b.result(now, tierlimit.Result{Allowed: true, Limit: b.limit, Source: tierlimit.SourceLocal}), nil
+}
+
+// DecideAtMost takes between 1 and n tokens at now, as many as b holds
+// whole, and returns how many with the Result: Allowed, RetryAfter 0 and
+// Remaining what is left. When b holds less than one whole token (a part of
+// one, or debt), it takes none and returns 0 with a denial whose
+// RetryAfter is the exact wait for one whole token. n may exceed the
+// capacity (up to tierlimit.MaxRate). b follows limit first, as in
+// DecideLimit. It returns an error wrapping tierlimit.ErrInvalidLimit, or
+// tierlimit.ErrInvalidCost for n outside [1, tierlimit.MaxRate]; b is
+// then unchanged.
+func (b *Bucket) DecideAtMost(now time.Time, limit tierlimit.Limit, n int64) (int64, tierlimit.Result, error) {
+	if err := check.AtMost(n); err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(limit, 0); err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	b.follow(now, limit)
+	res := tierlimit.Result{Limit: b.limit, Source: tierlimit.SourceLocal}
+	if b.owed > 0 || b.tokens == 0 {
+		res.RetryAfter = b.wait(now, 1)
+		return 0, b.result(now, res), nil
+	}
+	g := min(uint64(n), b.tokens)
+	b.tokens -= g
+	res.Allowed = true
+	return int64(g), b.result(now, res), nil
 }
 
 // Take is one bucket's part of DecideAll: N tokens from Bucket, which

@@ -18,6 +18,8 @@ type model struct {
 	limit          tierlimit.Limit
 }
 
+// Its tokens are the level's whole part, negative in debt (Settle), and
+// rem the units of the next one: the level is tokens + rem/unit.
 func newModel(limit tierlimit.Limit, tokens int64, now time.Time) *model {
 	m := &model{last: now}
 	m.set(limit)
@@ -69,7 +71,17 @@ func (m *model) follow(now time.Time, limit tierlimit.Limit) {
 		m.rem.SetInt64(0)
 		return
 	}
+	if m.tokens.Cmp(new(big.Int).Neg(m.cap)) < 0 {
+		m.floor()
+		return
+	}
 	m.rem.Quo(new(big.Int).Mul(m.rem, m.unit), oldUnit)
+}
+
+// floor sets the level to -cap, the deepest debt.
+func (m *model) floor() {
+	m.tokens.Neg(m.cap)
+	m.rem.SetInt64(0)
 }
 
 // wait: ceil(((k - tokens)·unit - rem) / per) µs after last, less now.
@@ -88,19 +100,38 @@ func (m *model) wait(now time.Time, k int64) time.Duration {
 
 func (m *model) decide(now time.Time, n int64) tierlimit.Result {
 	res := tierlimit.Result{Limit: m.limit, Source: tierlimit.SourceLocal}
-	res.Allowed = n == 0 || m.tokens.Cmp(big.NewInt(n)) >= 0
+	res.Allowed = m.tokens.Cmp(big.NewInt(n)) >= 0 // a peek: a level of 0 or more
 	if res.Allowed {
 		m.tokens.Sub(m.tokens, big.NewInt(n))
 	} else {
 		res.RetryAfter = m.wait(now, n)
 	}
-	res.Remaining = m.tokens.Int64()
+	return m.result(now, res)
+}
+
+// result fills in Remaining (never negative) and ResetAfter.
+func (m *model) result(now time.Time, res tierlimit.Result) tierlimit.Result {
+	res.Remaining = max(0, m.tokens.Int64())
 	res.ResetAfter = m.wait(now, m.cap.Int64())
 	return res
 }
 
+// atMost grants min(n, whole tokens) when the level holds one whole token
+// at least; else 0, denied, with the wait for one.
+func (m *model) atMost(now time.Time, n int64) (int64, tierlimit.Result) {
+	res := tierlimit.Result{Limit: m.limit, Source: tierlimit.SourceLocal}
+	if m.tokens.Sign() <= 0 {
+		res.RetryAfter = m.wait(now, 1)
+		return 0, m.result(now, res)
+	}
+	g := min(n, m.tokens.Int64())
+	m.tokens.Sub(m.tokens, big.NewInt(g))
+	res.Allowed = true
+	return g, m.result(now, res)
+}
+
 // settle gives back charged-used, capped at the capacity, or takes
-// used-charged, the level floored at zero.
+// used-charged, into debt, the level floored at -cap.
 func (m *model) settle(now time.Time, charged, used int64) tierlimit.Result {
 	m.advance(now)
 	m.tokens.Add(m.tokens, big.NewInt(charged))
@@ -109,12 +140,10 @@ func (m *model) settle(now time.Time, charged, used int64) tierlimit.Result {
 	case m.full():
 		m.tokens.Set(m.cap)
 		m.rem.SetInt64(0)
-	case m.tokens.Sign() < 0:
-		m.tokens.SetInt64(0)
-		m.rem.SetInt64(0)
+	case m.tokens.Cmp(new(big.Int).Neg(m.cap)) < 0:
+		m.floor()
 	}
-	return tierlimit.Result{Allowed: true, Limit: m.limit, Remaining: m.tokens.Int64(),
-		ResetAfter: m.wait(now, m.cap.Int64()), Source: tierlimit.SourceLocal}
+	return m.result(now, tierlimit.Result{Allowed: true, Limit: m.limit, Source: tierlimit.SourceLocal})
 }
 
 // level returns tokens + rem/unit.
@@ -201,7 +230,131 @@ func FuzzSetLimit(f *testing.F) {
 		if want := m.settle(t2, charged, used); res != want {
 			t.Fatalf("Settle(t1+%v, %d, %d) = %+v, model %+v", time.Duration(after), charged, used, res, want)
 		}
+		// A second Settle taking as much again may put the bucket in debt;
+		// then AllowAtMost's and a decision's answers, a little later.
+		if _, err := b.Settle(t2, l2, 0, used); err != nil {
+			t.Fatal(err)
+		}
+		m.settle(t2, 0, used)
+		t3 := t2.Add(time.Duration(after % int64(l2.Period)))
+		m.advance(t3)
+		g, res, err := b.DecideAtMost(t3, l2, n+1)
+		if wg, want := m.atMost(t3, n+1); err != nil || g != wg || res != want {
+			t.Fatalf("DecideAtMost(t2+%v, %d) = %d, %+v, %v; model %d, %+v", t3.Sub(t2), n+1, g, res, err, wg, want)
+		}
+		res, err = b.DecideLimit(t3, l2, n)
+		if want := m.decide(t3, n); err != nil || res != want {
+			t.Fatalf("DecideLimit(t2+%v, %d) after AtMost = %+v, %v; model %+v", t3.Sub(t2), n, res, err, want)
+		}
+		k, u = b.Level(t3)
+		if k != m.tokens.Int64() || u != m.rem.Int64() {
+			t.Fatalf("Level at t3 = %d, %d; model %v, %v", k, u, m.tokens, m.rem)
+		}
 	})
+}
+
+// TestDebt: a bucket of 10/s settled into debt denies every cost, peeks
+// included, with the exact wait until its level reaches the cost (the debt
+// counted), and admits again once the refill has repaid it.
+func TestDebt(t *testing.T) {
+	l := tierlimit.PerSecond(10) // a token every 100 ms
+	b := NewWith(l, 2, t0)
+	if _, err := b.Settle(t0, l, 0, 7); err != nil { // 2 - 7: 5 in debt
+		t.Fatal(err)
+	}
+	steps := []struct {
+		at        time.Duration
+		n         int64
+		allowed   bool
+		remaining int64
+		retry     time.Duration
+		reset     time.Duration
+	}{
+		{0, 1, false, 0, 600 * time.Millisecond, 1500 * time.Millisecond},
+		{0, 0, false, 0, 500 * time.Millisecond, 1500 * time.Millisecond},
+		{0, 10, false, 0, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{250 * time.Millisecond, 0, false, 0, 250 * time.Millisecond, 1250 * time.Millisecond},
+		{500 * time.Millisecond, 0, true, 0, 0, time.Second},
+		{500 * time.Millisecond, 1, false, 0, 100 * time.Millisecond, time.Second},
+		{650 * time.Millisecond, 1, true, 0, 0, 950 * time.Millisecond},
+		{700 * time.Millisecond, 2, false, 1, 100 * time.Millisecond, 900 * time.Millisecond},
+	}
+	for i, s := range steps {
+		res := b.Decide(t0.Add(s.at), s.n)
+		if res.Allowed != s.allowed || res.Remaining != s.remaining || res.RetryAfter != s.retry || res.ResetAfter != s.reset {
+			t.Errorf("step %d: Decide(t0+%v, %d) = %v, %d, retry %v, reset %v; want %v, %d, retry %v, reset %v",
+				i, s.at, s.n, res.Allowed, res.Remaining, res.RetryAfter, res.ResetAfter, s.allowed, s.remaining, s.retry, s.reset)
+		}
+	}
+	// DecideAll denies a take whose bucket is in debt below its N.
+	b2 := New(l, t0)
+	at := t0.Add(700 * time.Millisecond)
+	if _, err := b.Settle(at, l, 0, 10); err != nil { // 1 - 10: 9 in debt
+		t.Fatal(err)
+	}
+	res, err := DecideAll(at, []Take{{b2, l, 1}, {b, l, 0}})
+	if err != nil || res.Allowed || res.RetryAfter != 900*time.Millisecond {
+		t.Errorf("DecideAll(full 1, 9 in debt 0) = %+v, %v; want denied, retry 900ms", res, err)
+	}
+	if k, _ := b2.Level(at); k != 10 {
+		t.Errorf("after a refused DecideAll: %d tokens, want 10", k)
+	}
+	if _, err := b.Settle(at, l, 0, 10); err != nil { // -19 floors at -10
+		t.Fatal(err)
+	}
+	if k, u := b.Level(at); k != -10 || u != 0 {
+		t.Errorf("level after a take of 10 from -9 = %d+%d units, want -10 (the floor)", k, u)
+	}
+}
+
+// TestDecideAtMost: between 1 and n, as many whole tokens as the bucket
+// holds, n above the capacity too; none, with the exact wait for one whole
+// token, when it holds a part of one or is in debt.
+func TestDecideAtMost(t *testing.T) {
+	l := tierlimit.PerSecond(3).WithBurst(5)
+	b := New(l, t0)
+	third := 333_333 * time.Microsecond // a token is 10^6 units, 3 a µs: 999,999 units
+	steps := []struct {
+		at        time.Duration
+		settle    int64 // taken by a Settle first (0: none)
+		n         int64
+		granted   int64
+		remaining int64
+		retry     time.Duration
+	}{
+		{0, 0, 2, 2, 3, 0},
+		{0, 0, 100, 3, 0, 0}, // above the burst: what it holds
+		{0, 0, 1, 0, 0, 333_334 * time.Microsecond},
+		// 1/3 s later: 333333 µs refilled 0.999999 of a token.
+		{third, 0, 7, 0, 0, time.Microsecond},
+		{third + time.Microsecond, 0, 7, 1, 0, 0},
+		{time.Second, 0, 7, 2, 0, 0},
+		// 4 in debt: 5 tokens to one whole, 5/3 s rounded up to the µs.
+		{time.Second, 4, 7, 0, 0, 1_666_667 * time.Microsecond},
+		{3 * time.Second, 0, 1, 1, 1, 0},
+		{3 * time.Second, 0, tierlimit.MaxRate, 1, 0, 0},
+	}
+	for i, s := range steps {
+		now := t0.Add(s.at)
+		if s.settle > 0 {
+			if _, err := b.Settle(now, l, 0, s.settle); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g, res, err := b.DecideAtMost(now, l, s.n)
+		if err != nil || g != s.granted || res.Allowed != (s.granted > 0) || res.Remaining != s.remaining || res.RetryAfter != s.retry {
+			t.Errorf("step %d: DecideAtMost(t0+%v, %d) = %d, %+v, %v; want %d, Remaining %d, RetryAfter %v",
+				i, s.at, s.n, g, res, err, s.granted, s.remaining, s.retry)
+		}
+	}
+	for _, n := range []int64{0, -1, tierlimit.MaxRate + 1, math.MinInt64} {
+		if _, _, err := b.DecideAtMost(t0, l, n); !errors.Is(err, tierlimit.ErrInvalidCost) {
+			t.Errorf("DecideAtMost(%d) = %v, want ErrInvalidCost", n, err)
+		}
+	}
+	if _, _, err := b.DecideAtMost(t0, tierlimit.Limit{Rate: 1}, 1); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("DecideAtMost under a zero period = %v, want ErrInvalidLimit", err)
+	}
 }
 
 // TestDecideLimitChecks: a bad limit or cost leaves the bucket as it was.
@@ -232,8 +385,10 @@ func TestDecideLimitChecks(t *testing.T) {
 }
 
 // TestSettle steps a bucket of 10/s through corrections: back by the
-// difference, capped at the capacity; more by the difference, floored at
-// empty, the part of the next token included.
+// difference, capped at the capacity; more by the difference, into debt
+// (the part of the next token kept), floored at minus the capacity, and
+// the debt repaid by the refill. Remaining is never negative; ResetAfter
+// counts the debt.
 func TestSettle(t *testing.T) {
 	l := tierlimit.PerSecond(10) // a token every 100 ms
 	b := NewWith(l, 2, t0)
@@ -246,10 +401,16 @@ func TestSettle(t *testing.T) {
 		{0, 5, 3, 4, 0, 600 * time.Millisecond},
 		{0, 3, 3, 4, 0, 600 * time.Millisecond},
 		{50 * time.Millisecond, 2, 5, 1, 50_000, 850 * time.Millisecond},
-		{50 * time.Millisecond, 0, 9, 0, 0, time.Second},
-		{50 * time.Millisecond, 10, 0, 10, 0, 0},
+		// 1.5 - 9: 7.5 in debt, 17.5 tokens from full (was: floored at 0).
+		{50 * time.Millisecond, 0, 9, -8, 50_000, 1750 * time.Millisecond},
+		{50 * time.Millisecond, 10, 0, 2, 50_000, 750 * time.Millisecond},
 		{50 * time.Millisecond, 10, 0, 10, 0, 0},
 		{60 * time.Millisecond, 0, 4, 6, 0, 400 * time.Millisecond},
+		{60 * time.Millisecond, 0, 10, -4, 0, 1400 * time.Millisecond},
+		// -14 floors at -10, the capacity.
+		{60 * time.Millisecond, 0, 10, -10, 0, 2 * time.Second},
+		{160 * time.Millisecond, 0, 0, -9, 0, 1900 * time.Millisecond},
+		{1160 * time.Millisecond, 3, 2, 2, 0, 800 * time.Millisecond},
 	}
 	for i, s := range steps {
 		now := t0.Add(s.at)
@@ -258,9 +419,9 @@ func TestSettle(t *testing.T) {
 			t.Fatal(err)
 		}
 		k, u := b.Level(now)
-		if !res.Allowed || res.Remaining != s.tokens || k != s.tokens || u != s.units || res.ResetAfter != s.reset {
+		if !res.Allowed || res.Remaining != max(0, s.tokens) || k != s.tokens || u != s.units || res.ResetAfter != s.reset {
 			t.Errorf("step %d: Settle(t0+%v, %d, %d) = %v, %d, reset %v, level %d+%d units; want true, %d, reset %v, level %d+%d",
-				i, s.at, s.charged, s.used, res.Allowed, res.Remaining, res.ResetAfter, k, u, s.tokens, s.reset, s.tokens, s.units)
+				i, s.at, s.charged, s.used, res.Allowed, res.Remaining, res.ResetAfter, k, u, max(0, s.tokens), s.reset, s.tokens, s.units)
 		}
 	}
 	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {11, 0}, {0, 11}} {

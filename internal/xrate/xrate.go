@@ -28,9 +28,15 @@ type Bucket struct {
 	per    uint64 // units refilled per µs
 	cap    uint64 // capacity in tokens
 	tokens uint64 // whole tokens, <= cap
+	owed   uint64 // whole tokens of debt (Settle), <= cap; tokens == 0 when owed > 0
 	rem    uint64 // units of the next token, < unit; 0 when tokens == cap
 	last   time.Time
 }
+
+// The level of a Bucket is tokens - owed + rem/unit tokens: from -cap
+// (owed == cap, rem == 0) to cap. Only Settle takes it below empty (debt);
+// a Bucket that is never settled into debt keeps owed == 0 and decides as
+// x/time/rate's bucket does.
 
 // New returns a full Bucket of limit.
 func New(limit tierlimit.Limit, now time.Time) *Bucket {
@@ -57,24 +63,45 @@ func (b *Bucket) init(limit tierlimit.Limit, tokens int64, now time.Time) {
 }
 
 // NewState returns a Bucket of limit in the state the Redis token bucket
-// stores ("k:r:ts", lua/tokenbucket.lua): tokens whole tokens and
-// units of the next at at (tokens capped at the capacity, units below one
-// token).
+// stores ("k:r:ts", lua/tokenbucket.lua): tokens whole tokens, negative in
+// debt, and units of the next at at (tokens kept within [-capacity,
+// capacity], units below one token).
 func NewState(limit tierlimit.Limit, tokens, units int64, at time.Time) *Bucket {
-	b := NewWith(limit, tokens, at)
-	if b.tokens < b.cap {
+	b := NewWith(limit, 0, at)
+	b.setWhole(tokens)
+	if b.tokens < b.cap && tokens >= -int64(b.cap) {
 		b.rem = min(uint64(max(0, units)), b.unit-1)
 	}
 	return b
 }
 
-// Level returns the level of b at now: whole tokens, and units (of Unit
-// per token) of the next.
+// Level returns the level of b at now: whole tokens, negative in debt
+// (down to minus the capacity), and units (of Unit per token) of the next:
+// the level is tokens + units/Unit.
 func (b *Bucket) Level(now time.Time) (tokens, units int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)
-	return int64(b.tokens), int64(b.rem)
+	return b.whole(), int64(b.rem)
+}
+
+// whole returns b's whole tokens, negative in debt: tokens - owed.
+func (b *Bucket) whole() int64 { return int64(b.tokens) - int64(b.owed) }
+
+// setWhole sets b's whole tokens to k (negative: debt), clamped to [-cap,
+// cap]: a level that reaches cap is cap, one below -cap is -cap.
+func (b *Bucket) setWhole(k int64) {
+	c := int64(b.cap)
+	switch {
+	case k >= c:
+		b.tokens, b.owed, b.rem = b.cap, 0, 0
+	case k < -c:
+		b.tokens, b.owed, b.rem = 0, b.cap, 0
+	case k >= 0:
+		b.tokens, b.owed = uint64(k), 0
+	default:
+		b.tokens, b.owed = 0, uint64(-k)
+	}
 }
 
 func (b *Bucket) setLimit(limit tierlimit.Limit) {
@@ -113,13 +140,18 @@ func (b *Bucket) follow(now time.Time, limit tierlimit.Limit) {
 		b.tokens, b.rem = b.cap, 0
 		return
 	}
+	if b.owed > b.cap {
+		// Debt beyond the new capacity: the level floors at -cap.
+		b.owed, b.rem = b.cap, 0
+		return
+	}
 	// rem/oldUnit of a token in the new units, rounded down.
 	hi, lo := bits.Mul64(b.rem, b.unit)
 	b.rem, _ = bits.Div64(hi, lo, oldUnit)
 }
 
-// Decide takes n tokens at now if b holds them (n == 0 peeks; n above the
-// capacity is denied) and returns the decision with its Remaining,
+// Decide takes n tokens at now if b holds them (n == 0 peeks, denied only
+// in debt; n above the capacity is denied) and returns the decision with its Remaining,
 // RetryAfter and ResetAfter, exact to the nanosecond of now.
 func (b *Bucket) Decide(now time.Time, n int64) tierlimit.Result {
 	b.mu.Lock()
@@ -139,10 +171,11 @@ func (b *Bucket) decide(now time.Time, n int64) tierlimit.Result {
 	return b.result(now, res)
 }
 
-// has reports whether b holds n tokens (n == 0 always).
-func (b *Bucket) has(n int64) bool { return n == 0 || n > 0 && uint64(n) <= b.tokens }
+// has reports whether b holds n tokens (n == 0: whether b is not in debt).
+func (b *Bucket) has(n int64) bool { return b.owed == 0 && (n == 0 || n > 0 && uint64(n) <= b.tokens) }
 
-// result fills in res's Remaining and ResetAfter from b at now.
+// result fills in res's Remaining (0 in debt) and ResetAfter (which counts
+// the debt) from b at now.
 func (b *Bucket) result(now time.Time, res tierlimit.Result) tierlimit.Result {
 	res.Remaining = int64(b.tokens)
 	res.ResetAfter = b.wait(now, b.cap)
@@ -167,26 +200,34 @@ func (b *Bucket) advance(now time.Time) {
 		return
 	}
 	if full := b.micros(b.cap); uint64(d) >= full {
-		b.tokens, b.rem, b.last = b.cap, 0, now
+		b.tokens, b.owed, b.rem, b.last = b.cap, 0, 0, now
 		return
 	}
-	// rem + d·per units, below (cap - tokens)·unit: the quotient fits.
+	// rem + d·per units, below (cap + owed - tokens)·unit: the quotient
+	// fits. Debt is repaid first.
 	hi, lo := bits.Mul64(uint64(d), b.per)
 	var c uint64
 	lo, c = bits.Add64(lo, b.rem, 0)
 	hi += c
 	q, r := bits.Div64(hi, lo, b.unit)
+	if b.owed > 0 {
+		if q < b.owed {
+			b.owed, b.rem = b.owed-q, r
+			return
+		}
+		q, b.owed = q-b.owed, 0
+	}
 	b.tokens, b.rem = b.tokens+q, r
 }
 
 // micros returns the µs from last until b holds m tokens:
-// ceil(((m - tokens)·unit - rem) / per), or MaxUint64 past 64 bits (a
-// cost above the capacity).
+// ceil(((m - tokens + owed)·unit - rem) / per), the debt counted, or
+// MaxUint64 past 64 bits (a cost above the capacity).
 func (b *Bucket) micros(m uint64) uint64 {
-	if m <= b.tokens {
+	if b.owed == 0 && m <= b.tokens {
 		return 0
 	}
-	hi, lo := bits.Mul64(m-b.tokens, b.unit)
+	hi, lo := bits.Mul64(m+b.owed-b.tokens, b.unit)
 	var c uint64
 	lo, c = bits.Sub64(lo, b.rem, 0)
 	hi -= c

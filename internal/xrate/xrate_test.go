@@ -79,7 +79,8 @@ func TestLargeLimits(t *testing.T) {
 	}
 }
 
-// TestNewState reads a Redis token bucket's state: k tokens and r units.
+// TestNewState reads a Redis token bucket's state: k tokens (negative in
+// debt) and r units.
 func TestNewState(t *testing.T) {
 	l := tierlimit.PerSecond(4) // unit 250,000
 	b := NewState(l, 1, 200_000, t0)
@@ -88,6 +89,13 @@ func TestNewState(t *testing.T) {
 	}
 	if k, units := NewState(l, 9, 5, t0).Level(t0); k != 4 || units != 0 {
 		t.Errorf("Level of an overfull state = %d, %d; want 4, 0", k, units)
+	}
+	// Debt (tokenbucket.lua's settle): -3 and 0.8 of a token, then 50 ms.
+	if k, units := NewState(l, -3, 200_000, t0).Level(t0.Add(50 * time.Millisecond)); k != -2 || units != 0 {
+		t.Errorf("Level of a state in debt 50ms later = %d, %d; want -2, 0", k, units)
+	}
+	if k, units := NewState(l, -9, 5, t0).Level(t0); k != -4 || units != 0 {
+		t.Errorf("Level of a state past the floor = %d, %d; want -4, 0", k, units)
 	}
 }
 
