@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/internal/tenanttest"
 )
 
 // TestAllowAtMost drains a key with AllowAtMost against the one-bucket
@@ -161,4 +162,39 @@ func TestAllowAtMostFleet(t *testing.T) {
 	if got := granted.Load(); got > bound || got < bound*8/10 {
 		t.Errorf("granted %d in %v, want at most one bucket's %d and at least 80%% of it", got, elapsed, bound)
 	}
+}
+
+// TestOverrunBound: a tenant overrunning every estimate by 50% uses, over
+// every interval, at most one bucket plus one request's overrun
+// (tenanttest.CheckOverrun), with hybrid's leases and ledger on
+// miniredis's clock.
+func TestOverrunBound(t *testing.T) {
+	for _, c := range []struct {
+		limit tierlimit.Limit
+		est   int64
+	}{
+		{tierlimit.PerSecond(100), 10},
+		{tierlimit.PerSecond(3).WithBurst(7), 4},
+		{tierlimit.PerMinute(1_000_003), 200_000},
+	} {
+		t.Run(c.limit.String(), func(t *testing.T) {
+			e := newEnv(t)
+			l := e.limiter(t, c.limit)
+			set := func(at time.Time) {
+				e.clock.Set(at)
+				e.m.SetTime(at)
+			}
+			n := tenanttest.CheckOverrun(t, l, "k", c.limit, c.est, e.clock.Now(), 2*c.limit.RefillTime(c.est), 1000, set)
+			t.Logf("estimate %d: %d of 1000 admitted", c.est, n)
+		})
+	}
+}
+
+// TestAllowAtMostConcurrent: 32 goroutines call AllowAtMost on one key
+// until denied, the clock standing still: one bucket in all, never more
+// (tenanttest.CheckAtMostConcurrent).
+func TestAllowAtMostConcurrent(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(5000))
+	tenanttest.CheckAtMostConcurrent(t, l, "hot", 5000, 32)
 }
