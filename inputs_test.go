@@ -56,6 +56,10 @@ func callSettle(key string, charged, used int64) func(context.Context, limiter) 
 	return func(ctx context.Context, l limiter) error { _, err := l.Settle(ctx, key, charged, used); return err }
 }
 
+func callAllowAtMost(key string, n int64) func(context.Context, limiter) error {
+	return func(ctx context.Context, l limiter) error { _, _, err := l.AllowAtMost(ctx, key, n); return err }
+}
+
 // badCalls are the bad inputs of every tier's calls; window: the tier
 // counts windows, which take no burst.
 func badCalls(window bool) []badCall {
@@ -98,6 +102,14 @@ func badCalls(window bool) []badCall {
 		{"Settle charge over the burst", callSettle("a", 11, 0), tierlimit.ErrInvalidCost, false},
 		{"Settle use over the burst", callSettle("a", 0, 11), tierlimit.ErrInvalidCost, false},
 		{"Settle charge over the key's burst", callSettle("org:a", 21, 0), tierlimit.ErrInvalidCost, true},
+
+		{"AllowAtMost empty key", callAllowAtMost("", 1), tierlimit.ErrInvalidKey, false},
+		{"AllowAtMost long key", callAllowAtMost(long, 1), tierlimit.ErrInvalidKey, false},
+		{"AllowAtMost zero", callAllowAtMost("a", 0), tierlimit.ErrInvalidCost, false},
+		{"AllowAtMost negative", callAllowAtMost("a", -1), tierlimit.ErrInvalidCost, false},
+		{"AllowAtMost min", callAllowAtMost("a", math.MinInt64), tierlimit.ErrInvalidCost, false},
+		{"AllowAtMost over MaxRate", callAllowAtMost("a", tierlimit.MaxRate+1), tierlimit.ErrInvalidCost, false},
+		{"AllowAtMost max", callAllowAtMost("a", math.MaxInt64), tierlimit.ErrInvalidCost, false},
 	}
 	for key := range inputAnswers {
 		if !strings.HasPrefix(key, "bad:") || key == "bad:burst" && !window {
@@ -108,6 +120,7 @@ func badCalls(window bool) []badCall {
 			badCall{"AllowAll of a good key and " + key, callAllowAll(tierlimit.Take{Key: "x", N: 1}, tierlimit.Take{Key: key, N: 1}), tierlimit.ErrInvalidLimit, true},
 			badCall{"WaitN " + key, callWaitN(key, 1), tierlimit.ErrInvalidLimit, true},
 			badCall{"Settle " + key, callSettle(key, 1, 0), tierlimit.ErrInvalidLimit, true},
+			badCall{"AllowAtMost " + key, callAllowAtMost(key, 1), tierlimit.ErrInvalidLimit, true},
 		)
 	}
 	return calls
@@ -193,6 +206,7 @@ func checkInputRules(t *testing.T, name string, tier tier, l limiter, perKey, in
 		{name: "AllowAll", call: callAllowAll(tierlimit.Take{Key: "a", N: 1})},
 		{name: "WaitN", call: callWaitN("a", 1)},
 		{name: "Settle", call: callSettle("a", 1, 0)},
+		{name: "AllowAtMost", call: callAllowAtMost("a", 1)},
 		{name: "Reset", call: func(ctx context.Context, l limiter) error { return l.Reset(ctx, "a") }},
 	} {
 		if err := c.call(ctx, l); !errors.Is(err, tierlimit.ErrClosed) {
