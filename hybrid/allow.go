@@ -43,10 +43,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (res tierlimi
 // with the Result: Allowed when it granted some; when the key holds not
 // one whole token, 0 and a denial whose RetryAfter is the wait for one. n
 // may exceed the key's Burst: it must be between 1 and tierlimit.MaxRate
-// (tierlimit.ErrInvalidCost). The tokens come from the key's lease first,
-// without a Redis call; a call the lease cannot answer claims up to n (at
-// most the key's Burst) from Redis, as AllowN claims, and while Redis
-// cannot answer the key's fallback bucket grants what it holds. The errors
+// (tierlimit.ErrInvalidCost). The key's lease answers without a Redis
+// call when it holds n, or when Redis is known to hold too few (the key is
+// blocked, or in debt); otherwise the call claims what the lease lacks of n
+// (at most the key's Burst) from Redis, as AllowN claims, and takes what the
+// lease then holds. While Redis cannot answer, the key's fallback bucket
+// grants what it holds. The errors
 // are AllowN's. A decision is reported to the observer with N the tokens
 // granted (n when denied).
 func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
@@ -140,6 +142,9 @@ func (l *limiter) inProcess(key string, h uint64, n, most int64) (tierlimit.Resu
 				return tierlimit.Result{}, 0, false
 			}
 		}
+		if !l.enough(e, n, most) {
+			return tierlimit.Result{}, 0, false
+		}
 		if res, got, ok := l.spend(e, n, most, tierlimit.SourceLocal); ok {
 			return res, got, true
 		}
@@ -148,6 +153,16 @@ func (l *limiter) inProcess(key string, h uint64, n, most int64) (tierlimit.Resu
 		}
 	}
 	return tierlimit.Result{}, 0, false
+}
+
+// enough reports whether a take of between n and most tokens of e's key
+// is for its lease to decide: an AllowN (n == most), a lease that holds
+// most, or a key Redis is known to be short on (its lease's tokens are then
+// all the key can give). Otherwise (an AllowAtMost that the lease holds
+// only part of) the caller claims the rest: it is granted as many as the
+// key holds, up to most, not only what this instance's lease had left.
+func (l *limiter) enough(e *entry, n, most int64) bool {
+	return most == n || e.tokens.Load() >= most || knownShort(e, l.now())
 }
 
 // slow decides with Redis (a claim), or without it when Redis cannot

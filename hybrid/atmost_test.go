@@ -27,14 +27,12 @@ func TestAllowAtMost(t *testing.T) {
 	if err != nil || got != 4 || !r.Allowed || r.Remaining != 6 {
 		t.Fatalf("AllowAtMost(k, 4) on a full bucket of 10 = %d, %+v, %v; want 4, allowed, Remaining 6", got, r, err)
 	}
-	total := got
-	for i := 0; total < 10; i++ {
-		got, r, err := l.AllowAtMost(e.ctx, "k", 100)
-		if err != nil || got < 1 || got > 10-total || !r.Allowed || i == 10 {
-			t.Fatalf("AllowAtMost(k, 100) with %d left = %d, %+v, %v; want 1 to %d, allowed", 10-total, got, r, err, 10-total)
-		}
-		total += got
+	// The lease holds what is left of the first claim, or none: the
+	// instance alone on the key is granted all the bucket holds.
+	if got, r, err := l.AllowAtMost(e.ctx, "k", 100); err != nil || got != 6 || !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("AllowAtMost(k, 100) with 6 left = %d, %+v, %v; want 6, allowed, Remaining 0", got, r, err)
 	}
+	total := int64(10)
 	// Empty at 0 ms; part of a token at 50 ms; one at 100 ms.
 	var waited time.Duration
 	for i := 0; ; i++ {
@@ -197,4 +195,31 @@ func TestAllowAtMostConcurrent(t *testing.T) {
 	e := newEnv(t)
 	l := e.limiter(t, tierlimit.PerSecond(5000))
 	tenanttest.CheckAtMostConcurrent(t, l, "hot", 5000, 32)
+}
+
+// TestAllowAtMostPastTheLease: a lease that holds part of n claims the
+// rest from Redis, in one call, and the caller is granted n; a key Redis
+// is known to be short on is granted what its lease holds, without a call.
+func TestAllowAtMostPastTheLease(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(20, 20))
+	if r, err := l.Allow(e.ctx, "k"); err != nil || !r.Allowed {
+		t.Fatalf("Allow(k) = %+v, %v", r, err)
+	}
+	before := e.calls.Calls()
+	if got, r, err := l.AllowAtMost(e.ctx, "k", 50); err != nil || got != 50 || r.Remaining != 49 {
+		t.Errorf("AllowAtMost(k, 50) with 19 in the lease = %d, %+v, %v; want 50, Remaining 49", got, r, err)
+	}
+	if got := e.calls.Calls() - before; got != 1 {
+		t.Errorf("AllowAtMost made %d Redis calls, want 1", got)
+	}
+	// Drain Redis: the claim that finds it short leaves the key known
+	// short, and the next call takes the lease's tokens alone.
+	if got, _, err := l.AllowAtMost(e.ctx, "k", 60); err != nil || got != 49 {
+		t.Fatalf("AllowAtMost(k, 60) with 49 left = %d, %v; want 49", got, err)
+	}
+	if got, r, err := l.AllowAtMost(e.ctx, "k", 5); err != nil || got != 0 || r.Allowed {
+		t.Errorf("AllowAtMost(k, 5) on an empty key = %d, %+v, %v; want 0, denied", got, r, err)
+	}
+	e.closeAndAudit(t, l, 100, map[string]int64{"k": 100})
 }

@@ -54,11 +54,13 @@ func (l *limiter) claim(ctx context.Context, key string, h uint64, n, most int64
 					return tierlimit.Result{}, 0, err
 				}
 			}
-			if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
-				return res, got, nil
-			}
-			if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-				return l.record(e.policy(), res, e.stripe), 0, nil
+			if l.enough(e, n, most) {
+				if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
+					return res, got, nil
+				}
+				if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
+					return l.record(e.policy(), res, e.stripe), 0, nil
+				}
 			}
 		}
 		e, err := l.shared(ctx, key, h, p, n, most, expiry)
@@ -129,12 +131,12 @@ func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n
 func (l *limiter) lease(ctx context.Context, key string, p *policy, n, most int64) (*entry, error) {
 	e := l.entry(key, p)
 	held := e.tokens.Load()
-	if held >= n {
+	if held >= n && l.enough(e, n, most) {
 		return e, nil // a refill landed meanwhile
 	}
 	// The lease's tokens count: n - held more are enough, as one bucket
 	// would admit n from what the lease and Redis hold together.
-	if err := l.claimInto(ctx, e, n-held, most-held); err != nil {
+	if err := l.claimInto(ctx, e, max(n-held, 0), most-held); err != nil {
 		return nil, err
 	}
 	return e, nil

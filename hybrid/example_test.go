@@ -147,3 +147,32 @@ func ExampleLimiter_WaitN() {
 	// Output:
 	// admitted after a wait: true <nil>
 }
+
+// A consumer takes up to 100 messages a call, as many as the queue's budget
+// holds, until it holds none; an overrun settled after the fact puts the
+// key in debt, and it takes nothing until the rate has repaid it.
+func ExampleLimiter_AllowAtMost() {
+	rdb, done := exampleRedis()
+	defer done()
+	lim, err := hybrid.New(rdb, tierlimit.PerHour(150), exampleBudget)
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	var total int64
+	for {
+		n, _, _ := lim.AllowAtMost(ctx, "queue:7", 100)
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	fmt.Println("took", total)
+	lim.Settle(ctx, "queue:7", 50, 60) // 10 more used than taken: 10 in debt
+	n, res, _ := lim.AllowAtMost(ctx, "queue:7", 100)
+	fmt.Println("took", n, "retry after", res.RetryAfter.Round(time.Minute))
+	// Output:
+	// took 150
+	// took 0 retry after 4m0s
+}
