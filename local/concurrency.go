@@ -1,0 +1,265 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/permit"
+)
+
+// Concurrency limits how many requests per key are in flight at once in
+// this process: at most N permits of a key are out at any time. Waiters
+// are served in arrival order: a permit given back goes straight to the
+// longest waiter of its key, so a stream of TryAcquire calls cannot starve
+// an Acquire. A key with no permit out and no waiter takes no memory.
+//
+// A Concurrency is safe for concurrent use. It must not be copied after
+// first use. For a limit shared by a fleet, use the remote or hybrid
+// packages.
+type Concurrency struct {
+	n      int64
+	fn     tierlimit.PermitFunc
+	closed atomic.Bool
+	done   chan struct{} // closed by Close: waiters give up
+	close  sync.Once
+	stats  permit.Stats
+	shards [concShards]concShard
+}
+
+// concShards spreads keys over locks, so that callers of different keys
+// seldom meet on one.
+const concShards = 64
+
+type concShard struct {
+	mu   sync.Mutex
+	keys map[string]*concKey
+	_    [40]byte // a shard per cache line
+}
+
+// concKey is one key's permits: how many are out and who waits, oldest
+// first. A waiter's channel receives the permit handed to it.
+type concKey struct {
+	out     int64
+	waiters []chan struct{}
+}
+
+// ConcurrencyOption configures a Concurrency.
+type ConcurrencyOption interface {
+	applyConcurrency(*Concurrency) error
+}
+
+type concurrencyOption func(*Concurrency) error
+
+func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) }
+
+// WithPermitFunc gives each key its own number of permits (see
+// tierlimit.PermitFunc); nil is an error. A key whose number falls while
+// it has more out keeps them until they are released, and gives out no
+// more until it is under the new number.
+func WithPermitFunc(f tierlimit.PermitFunc) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil permit func", tierlimit.ErrInvalidOption)
+		}
+		c.fn = f
+		return nil
+	})
+}
+
+// NewConcurrency returns a limiter of n permits per key (1 to
+// tierlimit.MaxPermits; an error wrapping tierlimit.ErrInvalidLimit
+// otherwise, tierlimit.ErrInvalidOption for a bad option).
+func NewConcurrency(n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
+	if err := tierlimit.CheckPermits(n); err != nil {
+		return nil, check.Named("local", err)
+	}
+	c := &Concurrency{n: n, done: make(chan struct{})}
+	for _, o := range opts {
+		if o == nil {
+			return nil, check.Named("local", fmt.Errorf("%w: nil option", tierlimit.ErrInvalidOption))
+		}
+		if err := o.applyConcurrency(c); err != nil {
+			return nil, check.Named("local", err)
+		}
+	}
+	for i := range c.shards {
+		c.shards[i].keys = make(map[string]*concKey)
+	}
+	return c, nil
+}
+
+// localPermit is a permit of a local Concurrency.
+type localPermit struct {
+	c        *Concurrency
+	key      string
+	released atomic.Bool
+}
+
+// Release gives the permit back: to the key's longest waiter, if any.
+func (p *localPermit) Release() {
+	if p.released.Swap(true) {
+		return
+	}
+	p.c.stats.InUse.Add(-1)
+	p.c.release(p.key)
+}
+
+// TryAcquire returns a permit of key if one is free, without waiting. It
+// returns ok false when the key has all its permits out (or waiters ahead),
+// and an error only for a bad key or permit func answer
+// (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidLimit), a done ctx, or
+// after Close (tierlimit.ErrClosed).
+func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Permit, bool, error) {
+	n, err := c.check(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	k := s.keys[key]
+	if k == nil {
+		k = &concKey{}
+		s.keys[key] = k
+	}
+	if k.out >= n || len(k.waiters) > 0 {
+		if k.out == 0 && len(k.waiters) == 0 {
+			delete(s.keys, key)
+		}
+		s.mu.Unlock()
+		c.stats.Refused.Add(1)
+		return nil, false, nil
+	}
+	k.out++
+	s.mu.Unlock()
+	return c.granted(key), true, nil
+}
+
+// Acquire returns a permit of key, waiting its turn for one until ctx is
+// done. It fails at once when ctx is done or its deadline has passed. Its
+// errors are TryAcquire's, and ctx's error when it gives up waiting.
+func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit, error) {
+	n, err := c.check(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	k := s.keys[key]
+	if k == nil {
+		k = &concKey{}
+		s.keys[key] = k
+	}
+	if k.out < n && len(k.waiters) == 0 {
+		k.out++
+		s.mu.Unlock()
+		return c.granted(key), nil
+	}
+	ch := make(chan struct{}, 1)
+	k.waiters = append(k.waiters, ch)
+	s.mu.Unlock()
+	c.stats.Waiting.Add(1)
+	defer c.stats.Waiting.Add(-1)
+	select {
+	case <-ch:
+		return c.granted(key), nil
+	case <-ctx.Done():
+		return nil, c.giveUp(key, ch, ctx.Err())
+	case <-c.done:
+		return nil, c.giveUp(key, ch, tierlimit.ErrClosed)
+	}
+}
+
+// Close makes every later call return tierlimit.ErrClosed, and every
+// Acquire waiting return it at once. Permits out stay valid and may be
+// released. It is idempotent and returns nil.
+func (c *Concurrency) Close() error {
+	c.close.Do(func() {
+		c.closed.Store(true)
+		close(c.done)
+	})
+	return nil
+}
+
+// giveUp ends waiter ch of key, which stops waiting with err: a permit
+// handed to it meanwhile goes on to the next waiter.
+func (c *Concurrency) giveUp(key string, ch chan struct{}, err error) error {
+	if !c.leave(key, ch) {
+		c.release(key)
+	}
+	return err
+}
+
+// Stats returns the limiter's counters (Expired is always 0: a local
+// permit does not expire).
+func (c *Concurrency) Stats() tierlimit.ConcurrencyStats { return c.stats.Read() }
+
+// check checks a call's input and returns the key's number of permits.
+func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
+	if c.closed.Load() {
+		return 0, tierlimit.ErrClosed
+	}
+	if err := permit.Ready(ctx); err != nil {
+		return 0, check.Named("local", err)
+	}
+	n, err := permit.Limit(key, c.n, c.fn)
+	return n, check.Named("local", err)
+}
+
+func (c *Concurrency) shard(key string) *concShard {
+	return &c.shards[xxhash.Sum64String(key)%concShards]
+}
+
+func (c *Concurrency) granted(key string) tierlimit.Permit {
+	c.stats.Acquired.Add(1)
+	c.stats.InUse.Add(1)
+	return &localPermit{c: c, key: key}
+}
+
+// release gives back one permit of key: to its longest waiter, which then
+// holds it, or to the key, which is forgotten once nothing is out.
+func (c *Concurrency) release(key string) {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[key]
+	if k == nil {
+		return // cannot happen: a permit out keeps its key
+	}
+	if len(k.waiters) > 0 {
+		ch := k.waiters[0]
+		k.waiters = k.waiters[1:]
+		ch <- struct{}{}
+		return
+	}
+	k.out--
+	if k.out <= 0 {
+		delete(s.keys, key)
+	}
+}
+
+// leave takes waiter ch out of key's queue and reports whether it was
+// there (false: a permit was handed to it meanwhile).
+func (c *Concurrency) leave(key string, ch chan struct{}) bool {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[key]
+	if k == nil {
+		return false
+	}
+	for i, w := range k.waiters {
+		if w == ch {
+			k.waiters = append(k.waiters[:i:i], k.waiters[i+1:]...)
+			if k.out == 0 && len(k.waiters) == 0 {
+				delete(s.keys, key)
+			}
+			return true
+		}
+	}
+	return false
+}
