@@ -11,7 +11,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 )
 
-func TestConcurrencyLimit(t *testing.T) {
+func TestPermitLimit(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -67,9 +67,9 @@ func TestConcurrencyLimit(t *testing.T) {
 	}
 }
 
-// TestConcurrencyFIFO: a released permit goes to the longest waiter, and a
+// TestPermitFIFO: a released permit goes to the longest waiter, and a
 // TryAcquire cannot take it past waiters.
-func TestConcurrencyFIFO(t *testing.T) {
+func TestPermitFIFO(t *testing.T) {
 	ctx := context.Background()
 	c, _ := NewConcurrency(1)
 	p, _, _ := c.TryAcquire(ctx, "k")
@@ -119,10 +119,10 @@ func (c *Concurrency) keysHeld() int {
 	return n
 }
 
-// TestConcurrencyWaitEnds: Acquire fails at once for a ctx already done or
+// TestPermitWaitEnds: Acquire fails at once for a ctx already done or
 // past its deadline, gives up when ctx ends while waiting, and returns
 // ErrClosed when Close runs while it waits.
-func TestConcurrencyWaitEnds(t *testing.T) {
+func TestPermitWaitEnds(t *testing.T) {
 	c, _ := NewConcurrency(1)
 	p, _, _ := c.TryAcquire(context.Background(), "k")
 	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
@@ -166,7 +166,7 @@ func TestConcurrencyWaitEnds(t *testing.T) {
 	}
 }
 
-func TestConcurrencyInput(t *testing.T) {
+func TestPermitInput(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		n    int64
@@ -219,9 +219,9 @@ func TestConcurrencyInput(t *testing.T) {
 	}
 }
 
-// TestConcurrencyExact: many goroutines never hold more than n permits of
+// TestPermitExact: many goroutines never hold more than n permits of
 // a key.
-func TestConcurrencyExact(t *testing.T) {
+func TestPermitExact(t *testing.T) {
 	const n = 3
 	c, _ := NewConcurrency(n)
 	var mu sync.Mutex
@@ -259,9 +259,9 @@ func TestConcurrencyExact(t *testing.T) {
 	}
 }
 
-// BenchmarkConcurrency is a warm TryAcquire and Release on one key per
+// BenchmarkPermit is a warm TryAcquire and Release on one key per
 // goroutine.
-func BenchmarkConcurrency(b *testing.B) {
+func BenchmarkPermit(b *testing.B) {
 	c, _ := NewConcurrency(1 << 20)
 	ctx := context.Background()
 	b.ReportAllocs()

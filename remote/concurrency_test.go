@@ -467,4 +467,3 @@ func TestPermitKilledHolder(t *testing.T) {
 		t.Logf("free %v after the kill", d)
 	}
 }
-
