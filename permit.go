@@ -55,5 +55,6 @@ type ConcurrencyStats struct {
 	Waiting  int64 // Acquire calls waiting for a permit now
 	Acquired int64 // permits given out, by Acquire and TryAcquire
 	Refused  int64 // TryAcquire calls that found no permit free
-	Expired  int64 // permits released after they had expired, or lost with their TTL (remote, hybrid)
+	Expired  int64 // permits Redis no longer held at a renewal: expired with their TTL (remote, hybrid)
+	Fallback int64 // permits given out while Redis was down, from the instance's share (hybrid)
 }

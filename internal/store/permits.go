@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit/internal/script"
 )
@@ -102,4 +103,18 @@ func RenewPermits(ctx context.Context, rdb redis.UniversalClient, ttl time.Durat
 			rs[i].Err = fmt.Errorf("permits: renewal reply of %d counts, want %d", len(rs[i].Counts), len(rs[i].Holders))
 		}
 	}
+}
+
+// PermitFleetKey returns the Redis key of the fleet (see Heartbeat) of the
+// hybrid concurrency limiters of n permits per key under prefix:
+// <prefix>fleet:<16 hex>, the hex of a hash that no rate limit's fleet
+// (FleetKey) shares.
+func PermitFleetKey(prefix string, n int64) string {
+	return fmt.Sprintf("%sfleet:%016x", prefix, xxhash.Sum64String(fmt.Sprintf("permits/%d", n)))
+}
+
+// LoadPermits loads permits.lua into Redis's script cache (every master of
+// a Cluster), so that a first acquisition finds it by its SHA.
+func LoadPermits(ctx context.Context, rdb redis.UniversalClient) error {
+	return script.Permits.Load(ctx, rdb).Err()
 }

@@ -1,0 +1,575 @@
+package hybrid
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/internal/store"
+)
+
+// countCalls counts the commands a client sends (a pipeline counts once).
+type countCalls struct{ n atomic.Int64 }
+
+func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+// redisTotal returns the permits of key Redis records as held.
+func redisTotal(t *testing.T, rdb *redis.Client, key string) int64 {
+	t.Helper()
+	n, _ := rdb.HGet(context.Background(), store.PermitKeys(store.DefaultPrefix, key)[1], "=").Int64()
+	return n
+}
+
+func TestPermits(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	a, err := NewConcurrency(redis.NewClient(&redis.Options{Addr: rdb.Options().Addr}), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, _ := NewConcurrency(redis.NewClient(&redis.Options{Addr: rdb.Options().Addr}), 3)
+	defer b.Close()
+	var held []tierlimit.Permit
+	for i, c := range []*Concurrency{a, a, b, b} {
+		p, ok, err := c.TryAcquire(ctx, "k")
+		if want := i < 3; ok != want || err != nil {
+			t.Fatalf("TryAcquire %d = %v, %v; want %v, nil", i, ok, err, want)
+		}
+		if ok {
+			held = append(held, p)
+		}
+	}
+	if got := redisTotal(t, rdb, "k"); got != 3 {
+		t.Errorf("Redis holds %d permits, want 3", got)
+	}
+	held[0].Release()
+	held[0].Release() // twice: harmless
+	// a's freed permit stays in a's block until it is idle: b cannot have it.
+	if _, ok, _ := b.TryAcquire(ctx, "k"); ok {
+		t.Errorf("b.TryAcquire while a keeps its freed permit = true, want false")
+	}
+	p, ok, _ := a.TryAcquire(ctx, "k")
+	if !ok {
+		t.Fatalf("a.TryAcquire of its own freed permit = false, want true")
+	}
+	p.Release()
+	// Unused for DefaultPermitIdle, it goes back to Redis, and b gets it.
+	ctx2, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	q, err := b.Acquire(ctx2, "k")
+	if err != nil || time.Since(start) > DefaultPermitIdle+time.Second {
+		t.Fatalf("b.Acquire after a's idle time = %v after %v, want a permit within %v", err, time.Since(start), DefaultPermitIdle+time.Second)
+	}
+	q.Release()
+	if s := a.Stats(); s.InUse != 1 || s.Acquired != 3 {
+		t.Errorf("a.Stats() = %+v, want InUse 1, Acquired 3", s)
+	}
+}
+
+// TestPermitRoundTrips: a warm key costs no Redis call per Acquire and
+// Release.
+func TestPermitRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	c, _ := NewConcurrency(rdb, 2)
+	defer c.Close()
+	p, _ := c.Acquire(ctx, "k") // leases the block
+	p.Release()
+	before := calls.n.Load()
+	for range 1000 {
+		p, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release()
+	}
+	// The background may renew or beat meanwhile: at most a few.
+	if got := calls.n.Load() - before; got > 2 {
+		t.Errorf("1000 Acquire+Release on a warm key made %d Redis calls, want at most 2", got)
+	}
+}
+
+func TestPermitInput(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	for _, tt := range []struct {
+		rdb  redis.UniversalClient
+		n    int64
+		opts []ConcurrencyOption
+		want error
+	}{
+		{rdb, 0, nil, tierlimit.ErrInvalidLimit},
+		{rdb, tierlimit.MaxPermits + 1, nil, tierlimit.ErrInvalidLimit},
+		{nil, 1, nil, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{nil}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitFunc(nil)}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitTTL(time.Millisecond)}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitIdle(0)}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitCallBudget(time.Minute)}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitPrefix("{")}, tierlimit.ErrInvalidOption},
+	} {
+		if c, err := NewConcurrency(tt.rdb, tt.n, tt.opts...); !errors.Is(err, tt.want) || !strings.HasPrefix(err.Error(), "hybrid: ") {
+			t.Errorf("NewConcurrency(%d, ...) = %v, want hybrid: %v", tt.n, err, tt.want)
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
+	for _, tt := range []struct {
+		ctx  context.Context
+		key  string
+		want error
+	}{
+		{ctx, "", tierlimit.ErrInvalidKey},
+		{ctx, strings.Repeat("x", tierlimit.MaxKeyLen+1), tierlimit.ErrInvalidKey},
+		{ctx, "neg", tierlimit.ErrInvalidLimit},
+		{ctx, "huge", tierlimit.ErrInvalidLimit},
+		{nil, "k", tierlimit.ErrInvalidOption},
+	} {
+		if _, _, err := c.TryAcquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
+			t.Errorf("TryAcquire(%.10q) = %v, want %v", tt.key, err, tt.want)
+		}
+		if _, err := c.Acquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
+			t.Errorf("Acquire(%.10q) = %v, want %v", tt.key, err, tt.want)
+		}
+	}
+	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := c.Acquire(past, "k"); err != context.DeadlineExceeded {
+		t.Errorf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+	c.Close()
+	c.Close()
+	if _, _, err := c.TryAcquire(ctx, "k"); err != tierlimit.ErrClosed {
+		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+	if _, err := c.Acquire(ctx, "k"); err != tierlimit.ErrClosed {
+		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestPermitCloseRace: Close racing every call never panics or blocks,
+// and leaves no goroutine behind; a Release after Close is harmless.
+func TestPermitCloseRace(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	before := runtime.NumGoroutine()
+	for range 5 {
+		c, _ := NewConcurrency(rdb, 2, WithPermitIdle(5*time.Millisecond))
+		var wg sync.WaitGroup
+		var late []tierlimit.Permit
+		var mu sync.Mutex
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				for j := range 20 {
+					var p tierlimit.Permit
+					var err error
+					if (i+j)%2 == 0 {
+						p, err = c.Acquire(ctx, "k")
+					} else {
+						p, _, err = c.TryAcquire(ctx, "k")
+					}
+					if err != nil && err != tierlimit.ErrClosed {
+						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
+					}
+					if p != nil && j == 19 {
+						mu.Lock()
+						late = append(late, p)
+						mu.Unlock()
+					} else if p != nil {
+						p.Release()
+						p.Release()
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
+		c.Close()
+		wg.Wait()
+		for _, p := range late {
+			p.Release()
+			p.Release()
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close, want at most %d", n, before)
+	}
+}
+
+// TestPermitOutage: while Redis is paused (CLIENT PAUSE) or killed, no
+// caller gets an error and each instance gives out at most the larger of
+// its block and its share; when Redis is back, the permits out are
+// recorded in Redis, and the fleet is exact again.
+func TestPermitOutage(t *testing.T) {
+	for _, kind := range []string{"pause", "kill"} {
+		t.Run(kind, func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			addr := admin.Options().Addr
+			const n, instances = 6, 3
+			cs := make([]*Concurrency, instances)
+			for i := range cs {
+				rdb := redis.NewClient(&redis.Options{Addr: addr})
+				defer rdb.Close()
+				cs[i], _ = NewConcurrency(rdb, n)
+				defer cs[i].Close()
+			}
+			time.Sleep(100 * time.Millisecond) // the first heartbeats
+			load(t, cs, admin, n, 500*time.Millisecond, true)
+
+			blocks := make([]int64, instances)
+			for i, c := range cs {
+				c.mu.Lock()
+				if k := c.keys["k"]; k != nil {
+					blocks[i] = k.block
+				}
+				c.mu.Unlock()
+			}
+			const outage = 1500 * time.Millisecond
+			switch kind {
+			case "pause":
+				admin.Do(context.Background(), "CLIENT", "PAUSE", outage.Milliseconds(), "ALL")
+			case "kill":
+				srv.Kill()
+			}
+			peaks, held := loadOutage(t, cs, outage-200*time.Millisecond)
+			var fallback int64
+			for i, c := range cs {
+				bound := max(blocks[i], c.share(n))
+				if peaks[i] > bound || peaks[i] == 0 {
+					t.Errorf("instance %d: %d in flight during the outage, want 1 to max(block %d, share %d)", i, peaks[i], blocks[i], c.share(n))
+				}
+				fallback += c.Stats().Fallback
+			}
+			if fallback == 0 {
+				t.Errorf("Stats().Fallback = 0 on every instance, want permits from the shares")
+			}
+			if kind == "kill" {
+				srv.Restart(t)
+			}
+			// Back: the permits held across the outage are recorded.
+			var out int64
+			for _, ps := range held {
+				out += int64(len(ps))
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for redisTotal(t, admin, "k") < out && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if got := redisTotal(t, admin, "k"); got < out {
+				t.Errorf("Redis records %d permits after the outage, want the %d held", got, out)
+			}
+			for _, ps := range held {
+				for _, p := range ps {
+					p.Release()
+				}
+			}
+			load(t, cs, admin, n, time.Second, true)
+		})
+	}
+}
+
+// load runs 8 goroutines per instance acquiring key "k" for 1-50 ms each
+// until d has passed, checking a counter in Redis after each acquisition
+// against n. No caller may get an error but its deadline.
+func load(t *testing.T, cs []*Concurrency, rdb *redis.Client, n int64, d time.Duration, exact bool) {
+	t.Helper()
+	rdb.Del(context.Background(), "inflight")
+	var wg sync.WaitGroup
+	var acquired, over atomic.Int64
+	end := time.Now().Add(d)
+	for _, c := range cs {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 10_000 && time.Now().Before(end); i++ {
+					ctx, cancel := context.WithDeadline(context.Background(), end)
+					p, err := c.Acquire(ctx, "k")
+					cancel()
+					if err != nil {
+						if !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("Acquire = %v, want a permit or the deadline", err)
+						}
+						return
+					}
+					acquired.Add(1)
+					if in := rdb.Incr(context.Background(), "inflight").Val(); in > n {
+						over.Add(1)
+					}
+					time.Sleep(time.Duration(1+rand.N(50)) * time.Millisecond)
+					rdb.Decr(context.Background(), "inflight")
+					p.Release()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if over.Load() != 0 || acquired.Load() == 0 {
+		t.Errorf("%d of %d acquisitions found more than %d in flight, want none of at least 1", over.Load(), acquired.Load(), n)
+	}
+}
+
+// loadOutage runs 8 goroutines per instance acquiring "k" until d has
+// passed, and returns each instance's peak in flight and the permits each
+// goroutine got last, still held.
+func loadOutage(t *testing.T, cs []*Concurrency, d time.Duration) ([]int64, [][]tierlimit.Permit) {
+	t.Helper()
+	peaks := make([]int64, len(cs))
+	held := make([][]tierlimit.Permit, len(cs))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i, c := range cs {
+		var in atomic.Int64
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var last tierlimit.Permit
+				for j := 0; j < 10_000 && time.Now().Before(end); j++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+					p, err := c.Acquire(ctx, "k")
+					cancel()
+					if err != nil {
+						if !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("Acquire during the outage = %v, want a permit or the deadline", err)
+						}
+						continue
+					}
+					cur := in.Add(1)
+					mu.Lock()
+					peaks[i] = max(peaks[i], cur)
+					mu.Unlock()
+					if last != nil {
+						in.Add(-1)
+						last.Release()
+					}
+					last = p
+					time.Sleep(time.Duration(1+rand.N(20)) * time.Millisecond)
+				}
+				if last != nil {
+					mu.Lock()
+					held[i] = append(held[i], last)
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return peaks, held
+}
+
+// The fleet: members are this test binary run again as OS processes
+// (TestPermitMember).
+
+const memberEnv = "TIERLIMIT_PERMIT_MEMBER"
+
+type memberSpec struct {
+	Addr     string
+	N        int64
+	TTL      time.Duration
+	Duration time.Duration
+	Hold     bool // hold N permits and sleep until killed
+}
+
+type memberReport struct {
+	Acquired, Over int64
+	Errors         []string
+}
+
+func TestPermitMember(t *testing.T) {
+	raw := os.Getenv(memberEnv)
+	if raw == "" {
+		t.Skip("run as a fleet member only")
+	}
+	var spec memberSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
+	opts := []ConcurrencyOption{}
+	if spec.TTL != 0 {
+		opts = append(opts, WithPermitTTL(spec.TTL))
+	}
+	c, err := NewConcurrency(rdb, spec.N, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Hold {
+		for range spec.N {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if _, err := c.Acquire(ctx, "k"); err != nil {
+				t.Fatalf("Acquire = %v", err)
+			}
+			cancel()
+		}
+		fmt.Println("held")
+		time.Sleep(time.Minute)
+	}
+	var rep memberReport
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	end := time.Now().Add(spec.Duration)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10_000 && time.Now().Before(end); i++ {
+				ctx, cancel := context.WithDeadline(context.Background(), end)
+				p, err := c.Acquire(ctx, "k")
+				cancel()
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						mu.Lock()
+						rep.Errors = append(rep.Errors, err.Error())
+						mu.Unlock()
+					}
+					return
+				}
+				in := rdb.Incr(context.Background(), "inflight").Val()
+				mu.Lock()
+				rep.Acquired++
+				if in > spec.N {
+					rep.Over++
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(1+rand.N(50)) * time.Millisecond)
+				rdb.Decr(context.Background(), "inflight")
+				p.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	c.Close()
+	out, _ := json.Marshal(rep)
+	fmt.Println(string(out))
+}
+
+func startMember(t *testing.T, spec memberSpec) *exec.Cmd {
+	t.Helper()
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPermitMember$", "-test.v")
+	cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+func TestPermitFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 5
+	spec := memberSpec{Addr: srv.Client(t).Options().Addr, N: n, Duration: 3 * time.Second}
+	var wg sync.WaitGroup
+	reports := make([]memberReport, 3)
+	for i := range reports {
+		cmd := startMember(t, spec)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("member %d: %v", i, err)
+				return
+			}
+			reports[i] = lastReport(t, out)
+		}()
+	}
+	wg.Wait()
+	var acquired int64
+	for i, r := range reports {
+		if r.Over != 0 || len(r.Errors) != 0 {
+			t.Errorf("member %d: %d acquisitions found more than %d in flight, errors %v; want none", i, r.Over, n, r.Errors)
+		}
+		acquired += r.Acquired
+	}
+	if acquired < 100 {
+		t.Errorf("fleet acquired %d permits in 3 s, want at least 100", acquired)
+	}
+	t.Logf("fleet acquired %d permits", acquired)
+}
+
+func lastReport(t *testing.T, out []byte) memberReport {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		var r memberReport
+		if json.Unmarshal([]byte(lines[i]), &r) == nil {
+			return r
+		}
+	}
+	t.Fatalf("member printed no report: %s", out)
+	return memberReport{}
+}
+
+// TestPermitKilledHolder: a SIGKILLed instance's permits are free within
+// TTL plus one renewal interval.
+func TestPermitKilledHolder(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	const n, ttl = 3, 300 * time.Millisecond
+	cmd := startMember(t, memberSpec{Addr: rdb.Options().Addr, N: n, TTL: ttl, Hold: true})
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	for lines.Scan() && lines.Text() != "held" {
+	}
+	if lines.Text() != "held" {
+		cmd.Process.Kill()
+		t.Fatalf("member said %q, want held", lines.Text())
+	}
+	c, _ := NewConcurrency(rdb, n, WithPermitTTL(ttl))
+	defer c.Close()
+	time.Sleep(ttl) // the member renews meanwhile
+	if _, ok, _ := c.TryAcquire(context.Background(), "k"); ok {
+		t.Fatal("TryAcquire while the member holds every permit = true, want false")
+	}
+	cmd.Process.Kill()
+	killed := time.Now()
+	cmd.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range n {
+		if _, err := c.Acquire(ctx, "k"); err != nil {
+			t.Fatalf("Acquire %d after the kill: %v", i, err)
+		}
+	}
+	if d, bound := time.Since(killed), ttl+ttl/3+100*time.Millisecond; d > bound {
+		t.Errorf("the killed holder's %d permits were free after %v, want within %v (TTL + a renewal + 100 ms)", n, d, bound)
+	} else {
+		t.Logf("free %v after the kill", d)
+	}
+}
