@@ -62,13 +62,20 @@ type Concurrency struct {
 	fleetKey string
 	guard    *outage.Guard
 	live     atomic.Int64 // instances alive, at the last heartbeat
-	stats    permit.Stats
-	fallback atomic.Int64
+	stats    permit.Stats // Waiting, Refused, Expired; the rest under mu
 	queue    permit.Queue
 
-	mu     sync.Mutex
-	keys   map[string]*concKey
-	closed bool
+	// The counters of the hot path are under mu, which it holds anyway:
+	// atomics beside it would be two more contended cache lines
+	// (BenchmarkPermit).
+	mu       sync.Mutex
+	keys     map[string]*concKey
+	closed   bool
+	acquired int64
+	inUse    int64
+	fallback int64
+
+	isClosed atomic.Bool // closed, read without mu by the input checks
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -76,14 +83,16 @@ type Concurrency struct {
 
 // concKey is one key's permits in this instance.
 type concKey struct {
+	c     *Concurrency
 	key   string
-	rkeys []string // store.PermitKeys
-	out   int64    // permits given out and not yet released
-	held  int64    // permits Redis holds for this instance, as last told
-	block int64    // of those, how many it may give out: held, less what it recorded over N
-	claim *claim   // the call to Redis in flight for the key, if any
-	seq   uint64   // answers applied to block: a renewal applies only if none came since it was sent
-	used  time.Time
+	rkeys []string  // store.PermitKeys
+	out   int64     // permits given out and not yet released
+	held  int64     // permits Redis holds for this instance, as last told
+	block int64     // of those, how many it may give out: held, less what it recorded over N
+	claim *claim    // the call to Redis in flight for the key, if any
+	seq   uint64    // answers applied to block: a renewal applies only if none came since it was sent
+	busy  bool      // given or released a permit since the last maintenance tick
+	quiet time.Time // when a tick first found it not busy (zero: busy since)
 }
 
 // claim is one call setting a key's block.
@@ -200,32 +209,33 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	return c, nil
 }
 
-// hybridPermit is a permit of a hybrid Concurrency.
+// hybridPermit is a permit of a hybrid Concurrency: as small as it can be,
+// one allocation per permit (BenchmarkPermit).
 type hybridPermit struct {
-	c        *Concurrency
-	key      string
 	k        *concKey
-	released atomic.Bool
+	released bool // under k.c.mu
 }
 
 // Release gives the permit back to its instance, without a Redis call:
 // to a waiter in process, or to the block, which goes back to Redis once
 // unused for WithPermitIdle.
 func (p *hybridPermit) Release() {
-	if p.released.Swap(true) {
+	k := p.k
+	c := k.c
+	c.mu.Lock()
+	if p.released {
+		c.mu.Unlock()
 		return
 	}
-	c := p.c
-	c.stats.InUse.Add(-1)
-	c.mu.Lock()
-	k := p.k
+	p.released = true
 	k.out--
-	k.used = time.Now()
-	wake := k.out < k.block
-	c.forget(p.key, k)
+	k.busy = true
+	c.inUse--
+	wake := k.out < k.block && c.stats.Waiting.Load() > 0
+	c.forget(k.key, k)
 	c.mu.Unlock()
 	if wake {
-		c.queue.Wake(p.key)
+		c.queue.Wake(k.key)
 	}
 }
 
@@ -301,6 +311,7 @@ func (c *Concurrency) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.isClosed.Store(true)
 	close(c.done)
 	c.mu.Unlock()
 	c.wg.Wait()
@@ -335,16 +346,15 @@ func (c *Concurrency) Close() error {
 // was down.
 func (c *Concurrency) Stats() tierlimit.ConcurrencyStats {
 	s := c.stats.Read()
-	s.Fallback = c.fallback.Load()
+	c.mu.Lock()
+	s.Acquired, s.InUse, s.Fallback = c.acquired, c.inUse, c.fallback
+	c.mu.Unlock()
 	return s
 }
 
 // check checks a call's input and returns the key's number of permits.
 func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.isClosed.Load() {
 		return 0, tierlimit.ErrClosed
 	}
 	if err := permit.Ready(ctx); err != nil {
@@ -410,7 +420,7 @@ func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPerm
 func (c *Concurrency) entry(key string) *concKey {
 	k := c.keys[key]
 	if k == nil {
-		k = &concKey{key: key, rkeys: store.PermitKeys(c.cfg.prefix, key)}
+		k = &concKey{c: c, key: key, rkeys: store.PermitKeys(c.cfg.prefix, key)}
 		c.keys[key] = k
 	}
 	return k
@@ -437,14 +447,14 @@ func (c *Concurrency) take(key string, k *concKey, n int64) *hybridPermit {
 		return nil
 	}
 	k.out++
-	k.used = time.Now()
-	c.mu.Unlock()
+	k.busy = true
+	c.acquired++
+	c.inUse++
 	if fallback {
-		c.fallback.Add(1)
+		c.fallback++
 	}
-	c.stats.Acquired.Add(1)
-	c.stats.InUse.Add(1)
-	return &hybridPermit{c: c, key: key, k: k}
+	c.mu.Unlock()
+	return &hybridPermit{k: k}
 }
 
 // startClaim starts a call that leases one more permit of k than it has
@@ -590,7 +600,13 @@ func (c *Concurrency) settle(now time.Time) {
 		if k.claim != nil {
 			continue
 		}
-		if k.block > k.out && now.Sub(k.used) >= c.cfg.idle {
+		switch {
+		case k.busy:
+			k.busy, k.quiet = false, time.Time{}
+		case k.quiet.IsZero():
+			k.quiet = now
+		}
+		if k.block > k.out && !k.quiet.IsZero() && now.Sub(k.quiet) >= c.cfg.idle {
 			// Lower the block first: no permit is given from what is
 			// on its way back.
 			k.block = k.out

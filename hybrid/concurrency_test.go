@@ -20,6 +20,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
+	"golang.org/x/sync/semaphore"
 )
 
 // countCalls counts the commands a client sends (a pipeline counts once).
@@ -572,4 +573,53 @@ func TestPermitKilledHolder(t *testing.T) {
 	} else {
 		t.Logf("free %v after the kill", d)
 	}
+}
+
+// BenchmarkPermit is Acquire and Release on a warm key, in parallel:
+// hybrid's (from its block, no Redis call) against a local semaphore, a
+// buffered channel and golang.org/x/sync/semaphore.
+func BenchmarkPermit(b *testing.B) {
+	ctx := context.Background()
+	b.Run("hybrid", func(b *testing.B) {
+		c, _ := NewConcurrency(redistest.Start(b).Client(b), 64)
+		defer c.Close()
+		for range 4 { // lease a block beyond the parallelism
+			if _, err := c.Acquire(ctx, "k"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		benchPermits(b, func() {
+			p, err := c.Acquire(ctx, "k")
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Release()
+		})
+	})
+	b.Run("chan", func(b *testing.B) {
+		sem := make(chan struct{}, 64)
+		benchPermits(b, func() { sem <- struct{}{}; <-sem })
+	})
+	b.Run("semaphore", func(b *testing.B) {
+		sem := semaphore.NewWeighted(64)
+		benchPermits(b, func() { _ = sem.Acquire(ctx, 1); sem.Release(1) })
+	})
+}
+
+// benchPermits runs f from parallel goroutines, and from one (serial).
+func benchPermits(b *testing.B, f func()) {
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				f()
+			}
+		})
+	})
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			f()
+		}
+	})
 }
