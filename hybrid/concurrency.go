@@ -271,8 +271,10 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	if err != nil {
 		return nil, err
 	}
-	if p, err := c.try(ctx, key, n); err != nil || p != nil {
-		return p, err
+	if p, err := c.try(ctx, key, n); err != nil {
+		return nil, err
+	} else if p != nil {
+		return p, nil
 	}
 	woken := c.queue.Join(key)
 	defer c.queue.Leave(key, woken)
@@ -292,8 +294,10 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 		case <-c.done:
 			return nil, tierlimit.ErrClosed
 		}
-		if p, err := c.try(ctx, key, n); err != nil || p != nil {
-			return p, err
+		if p, err := c.try(ctx, key, n); err != nil {
+			return nil, err
+		} else if p != nil {
+			return p, nil
 		}
 	}
 }

@@ -209,8 +209,11 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	defer timer.Stop()
 	for {
 		p, err := c.try(ctx, key, n)
-		if err != nil || p != nil {
-			return p, err
+		if err != nil {
+			return nil, err
+		}
+		if p != nil {
+			return p, nil
 		}
 		timer.Reset(bound/2 + rand.N(bound/2+1))
 		bound = min(2*bound, pollMax)

@@ -258,6 +258,10 @@ func TestPermitCloseRace(t *testing.T) {
 					if err != nil && err != tierlimit.ErrClosed {
 						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
 					}
+					if err != nil && p != nil {
+						t.Errorf("call racing Close = %v with a non-nil permit %#v, want nil", err, p)
+						p = nil
+					}
 					if p != nil {
 						p.Release()
 						p.Release()
