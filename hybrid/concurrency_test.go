@@ -627,3 +627,25 @@ func benchPermits(b *testing.B, f func()) {
 		}
 	})
 }
+
+// TestPermitMisconfigured: a Redis that refuses the script is an error
+// wrapping ErrMisconfigured, never an outage's fallback.
+func TestPermitMisconfigured(t *testing.T) {
+	ctx := context.Background()
+	admin := redistest.Start(t).Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noeval", "on", "nopass", "~*", "+@all", "-evalsha", "-eval").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "noeval", Password: "any"})
+	defer rdb.Close()
+	c, _ := NewConcurrency(rdb, 2)
+	defer c.Close()
+	for i := range 5 {
+		if _, ok, err := c.TryAcquire(ctx, "k"); ok || !errors.Is(err, tierlimit.ErrMisconfigured) {
+			t.Fatalf("TryAcquire %d = %v, %v; want false, ErrMisconfigured", i, ok, err)
+		}
+	}
+	if s := c.Stats(); s.Fallback != 0 {
+		t.Errorf("Stats().Fallback = %d, want 0", s.Fallback)
+	}
+}

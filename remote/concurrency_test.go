@@ -471,3 +471,54 @@ func TestPermitKilledHolder(t *testing.T) {
 		t.Logf("free %v after the kill", d)
 	}
 }
+
+// TestPermitCluster: on a Redis Cluster, keys of any bytes take permits
+// (one key's state on one slot), and renewals, one pipeline over every
+// node, keep them past their TTL.
+func TestPermitCluster(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.StartCluster(t).Client(t)
+	const ttl = 90 * time.Millisecond
+	a, err := NewConcurrency(rdb, 1, WithPermitTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, _ := NewConcurrency(rdb, 1, WithPermitTTL(ttl))
+	defer b.Close()
+	keys := []string{"a", "{b}", "c}{", "d:e", "\xff\x00", "f", "g", "h"}
+	for _, k := range keys {
+		if _, ok, err := a.TryAcquire(ctx, k); !ok || err != nil {
+			t.Fatalf("TryAcquire(%q) = %v, %v; want true, nil", k, ok, err)
+		}
+	}
+	time.Sleep(3 * ttl)
+	for _, k := range keys {
+		if _, ok, err := b.TryAcquire(ctx, k); ok || err != nil {
+			t.Errorf("TryAcquire(%q) of a renewed permit = %v, %v; want false, nil", k, ok, err)
+		}
+	}
+	if s := a.Stats(); s.Expired != 0 {
+		t.Errorf("Stats().Expired = %d, want 0: renewals kept every permit", s.Expired)
+	}
+}
+
+// TestPermitMisconfigured: a Redis that refuses the script is an error
+// wrapping ErrMisconfigured.
+func TestPermitMisconfigured(t *testing.T) {
+	ctx := context.Background()
+	admin := redistest.Start(t).Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noeval", "on", "nopass", "~*", "+@all", "-evalsha", "-eval").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "noeval", Password: "any"})
+	defer rdb.Close()
+	c, _ := NewConcurrency(rdb, 2)
+	defer c.Close()
+	if _, ok, err := c.TryAcquire(ctx, "k"); ok || !errors.Is(err, tierlimit.ErrMisconfigured) || !strings.HasPrefix(err.Error(), "remote: ") {
+		t.Errorf("TryAcquire = %v, %v; want false, remote: ErrMisconfigured", ok, err)
+	}
+	if p, err := c.Acquire(ctx, "k"); p != nil || !errors.Is(err, tierlimit.ErrMisconfigured) {
+		t.Errorf("Acquire = %v, %v; want nil, ErrMisconfigured", p, err)
+	}
+}
