@@ -522,3 +522,26 @@ func TestPermitMisconfigured(t *testing.T) {
 		t.Errorf("Acquire = %v, %v; want nil, ErrMisconfigured", p, err)
 	}
 }
+
+// BenchmarkPermit is TryAcquire and Release on one key, and reports the
+// Redis round trips each pair made.
+func BenchmarkPermit(b *testing.B) {
+	ctx := context.Background()
+	rdb := redistest.Start(b).Client(b)
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	c, _ := NewConcurrency(rdb, 1<<20)
+	defer c.Close()
+	b.ReportAllocs()
+	before := calls.n.Load()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p, ok, err := c.TryAcquire(ctx, "k")
+			if !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			p.Release()
+		}
+	})
+	b.ReportMetric(float64(calls.n.Load()-before)/float64(b.N), "calls/op")
+}
