@@ -36,16 +36,44 @@ type Concurrency struct {
 const concShards = 64
 
 type concShard struct {
-	mu   sync.Mutex
-	keys map[string]*concKey
-	_    [40]byte // a shard per cache line
+	mu    sync.Mutex
+	keys  map[string]*concKey
+	spare *concKey // the last entry forgotten, for the next new key: a warm key that comes and goes allocates none (BenchmarkPermit)
+	// The shard's counters, under mu, which their updates hold anyway:
+	// shared atomics would be contended cache lines (BenchmarkPermit).
+	acquired, inUse int64
+	_               [24]byte // a shard per cache line
 }
 
 // concKey is one key's permits: how many are out and who waits, oldest
 // first. A waiter's channel receives the permit handed to it.
 type concKey struct {
+	key     string
 	out     int64
 	waiters []chan struct{}
+}
+
+// entry returns key's entry in s, made if there is none. It is called
+// with s.mu held.
+func (c *Concurrency) entry(s *concShard, key string) *concKey {
+	k := s.keys[key]
+	if k == nil {
+		k = s.spare
+		s.spare = nil
+		if k == nil {
+			k = &concKey{}
+		}
+		k.key = key
+		s.keys[key] = k
+	}
+	return k
+}
+
+// forget drops key's entry k from s. It is called with s.mu held.
+func (s *concShard) forget(key string, k *concKey) {
+	delete(s.keys, key)
+	k.key, k.out, k.waiters = "", 0, nil
+	s.spare = k
 }
 
 // ConcurrencyOption configures a Concurrency.
@@ -105,8 +133,7 @@ func (p *localPermit) Release() {
 	if p.released.Swap(true) {
 		return
 	}
-	p.c.stats.InUse.Add(-1)
-	p.c.release(p.key)
+	p.c.release(p.key, false)
 }
 
 // TryAcquire returns a permit of key if one is free, without waiting. It
@@ -121,22 +148,20 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 	}
 	s := c.shard(key)
 	s.mu.Lock()
-	k := s.keys[key]
-	if k == nil {
-		k = &concKey{}
-		s.keys[key] = k
-	}
+	k := c.entry(s, key)
 	if k.out >= n || len(k.waiters) > 0 {
 		if k.out == 0 && len(k.waiters) == 0 {
-			delete(s.keys, key)
+			s.forget(key, k)
 		}
 		s.mu.Unlock()
 		c.stats.Refused.Add(1)
 		return nil, false, nil
 	}
 	k.out++
+	s.acquired++
+	s.inUse++
 	s.mu.Unlock()
-	return c.granted(key), true, nil
+	return &localPermit{c: c, key: key}, true, nil
 }
 
 // Acquire returns a permit of key, waiting its turn for one until ctx is
@@ -149,15 +174,13 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	}
 	s := c.shard(key)
 	s.mu.Lock()
-	k := s.keys[key]
-	if k == nil {
-		k = &concKey{}
-		s.keys[key] = k
-	}
+	k := c.entry(s, key)
 	if k.out < n && len(k.waiters) == 0 {
 		k.out++
+		s.acquired++
+		s.inUse++
 		s.mu.Unlock()
-		return c.granted(key), nil
+		return &localPermit{c: c, key: key}, nil
 	}
 	ch := make(chan struct{}, 1)
 	k.waiters = append(k.waiters, ch)
@@ -165,8 +188,8 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	c.stats.Waiting.Add(1)
 	defer c.stats.Waiting.Add(-1)
 	select {
-	case <-ch:
-		return c.granted(key), nil
+	case <-ch: // counted by the release that handed it over
+		return &localPermit{c: c, key: key}, nil
 	case <-ctx.Done():
 		return nil, c.giveUp(key, ch, ctx.Err())
 	case <-c.done:
@@ -189,14 +212,24 @@ func (c *Concurrency) Close() error {
 // handed to it meanwhile goes on to the next waiter.
 func (c *Concurrency) giveUp(key string, ch chan struct{}, err error) error {
 	if !c.leave(key, ch) {
-		c.release(key)
+		c.release(key, true)
 	}
 	return err
 }
 
 // Stats returns the limiter's counters (Expired is always 0: a local
 // permit does not expire).
-func (c *Concurrency) Stats() tierlimit.ConcurrencyStats { return c.stats.Read() }
+func (c *Concurrency) Stats() tierlimit.ConcurrencyStats {
+	st := c.stats.Read()
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		st.Acquired += s.acquired
+		st.InUse += s.inUse
+		s.mu.Unlock()
+	}
+	return st
+}
 
 // check checks a call's input and returns the key's number of permits.
 func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
@@ -214,18 +247,18 @@ func (c *Concurrency) shard(key string) *concShard {
 	return &c.shards[xxhash.Sum64String(key)%concShards]
 }
 
-func (c *Concurrency) granted(key string) tierlimit.Permit {
-	c.stats.Acquired.Add(1)
-	c.stats.InUse.Add(1)
-	return &localPermit{c: c, key: key}
-}
-
 // release gives back one permit of key: to its longest waiter, which then
-// holds it, or to the key, which is forgotten once nothing is out.
-func (c *Concurrency) release(key string) {
+// holds it, or to the key, which is forgotten once nothing is out. undo
+// says the permit was handed to a waiter that gave up: it was never
+// acquired.
+func (c *Concurrency) release(key string, undo bool) {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.inUse--
+	if undo {
+		s.acquired--
+	}
 	k := s.keys[key]
 	if k == nil {
 		return // cannot happen: a permit out keeps its key
@@ -233,12 +266,14 @@ func (c *Concurrency) release(key string) {
 	if len(k.waiters) > 0 {
 		ch := k.waiters[0]
 		k.waiters = k.waiters[1:]
+		s.acquired++
+		s.inUse++
 		ch <- struct{}{}
 		return
 	}
 	k.out--
 	if k.out <= 0 {
-		delete(s.keys, key)
+		s.forget(key, k)
 	}
 }
 
@@ -256,7 +291,7 @@ func (c *Concurrency) leave(key string, ch chan struct{}) bool {
 		if w == ch {
 			k.waiters = append(k.waiters[:i:i], k.waiters[i+1:]...)
 			if k.out == 0 && len(k.waiters) == 0 {
-				delete(s.keys, key)
+				s.forget(key, k)
 			}
 			return true
 		}

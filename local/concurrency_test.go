@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tierlimit/tierlimit"
 )
@@ -274,4 +275,10 @@ func BenchmarkPermit(b *testing.B) {
 			p.Release()
 		}
 	})
+}
+
+func TestPermitShardSize(t *testing.T) {
+	if got := unsafe.Sizeof(concShard{}); got != 64 {
+		t.Errorf("unsafe.Sizeof(concShard{}) = %d, want 64 (a cache line)", got)
+	}
 }
