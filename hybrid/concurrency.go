@@ -90,6 +90,7 @@ type concKey struct {
 	held  int64     // permits Redis holds for this instance, as last told
 	block int64     // of those, how many it may give out: held, less what it recorded over N
 	claim *claim    // the call to Redis in flight for the key, if any
+	n     int64     // the key's number of permits, at its last acquisition
 	seq   uint64    // answers applied to block: a renewal applies only if none came since it was sent
 	busy  bool      // given or released a permit since the last maintenance tick
 	quiet time.Time // when a tick first found it not busy (zero: busy since)
@@ -383,6 +384,7 @@ func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPerm
 		return nil, tierlimit.ErrClosed
 	}
 	k := c.entry(key)
+	k.n = n
 	if p := c.take(key, k, n); p != nil {
 		return p, nil
 	}
@@ -617,9 +619,9 @@ func (c *Concurrency) settle(now time.Time) {
 		}
 		switch keep := max(k.block, k.out); {
 		case k.out > k.held:
-			c.setBlock(k, c.n, k.out, true, &claim{done: make(chan struct{}), start: now})
+			c.setBlock(k, k.n, k.out, true, &claim{done: make(chan struct{}), start: now})
 		case k.held > keep:
-			c.setBlock(k, c.n, keep, false, &claim{done: make(chan struct{}), start: now})
+			c.setBlock(k, k.n, keep, false, &claim{done: make(chan struct{}), start: now})
 		}
 	}
 }

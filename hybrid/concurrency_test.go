@@ -649,3 +649,35 @@ func TestPermitMisconfigured(t *testing.T) {
 		t.Errorf("Stats().Fallback = %d, want 0", s.Fallback)
 	}
 }
+
+// TestPermitFunc: each key gets WithPermitFunc's number (0: the default).
+func TestPermitFunc(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c, _ := NewConcurrency(rdb, 2, WithPermitFunc(func(k string) int64 {
+		if k == "big" {
+			return 4
+		}
+		return 0
+	}))
+	defer c.Close()
+	for _, tt := range []struct {
+		key  string
+		want int
+	}{{"small", 2}, {"big", 4}} {
+		got := 0
+		for range 10 {
+			if _, ok, err := c.TryAcquire(ctx, tt.key); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				got++
+			}
+		}
+		if got != tt.want {
+			t.Errorf("TryAcquire(%q) gave %d permits, want %d", tt.key, got, tt.want)
+		}
+		if r := redisTotal(t, rdb, tt.key); r != int64(tt.want) {
+			t.Errorf("Redis holds %d permits of %q, want %d", r, tt.key, tt.want)
+		}
+	}
+}

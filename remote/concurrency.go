@@ -29,6 +29,11 @@ const (
 	MaxPermitTTL = time.Hour
 )
 
+// releaseTimeout bounds Release's call to Redis, for clients that honour
+// context deadlines (go-redis's ContextTimeoutEnabled); others wait up to
+// their ReadTimeout.
+const releaseTimeout = time.Second
+
 // Acquire's polling: the first wait, the longest, each drawn at random
 // between half and all of the current bound, which doubles per try.
 const (
@@ -160,8 +165,9 @@ type remotePermit struct {
 	released atomic.Bool
 }
 
-// Release gives the permit back to Redis in one call (at most a TTL long),
-// then wakes the key's longest waiter in this process. If that call fails,
+// Release gives the permit back to Redis in one call (bounded by a second,
+// or the TTL if shorter, when the client honours context deadlines), then
+// wakes the key's longest waiter in this process. If that call fails,
 // the permit expires within its TTL, no longer renewed.
 func (p *remotePermit) Release() {
 	if p.released.Swap(true) {
@@ -315,7 +321,7 @@ func (c *Concurrency) release(p *remotePermit) {
 	if !live {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.ttl, releaseTimeout))
 	defer cancel()
 	// A failure leaves the permit to its TTL: nobody renews it now.
 	_, _, _ = store.SetPermits(ctx, c.rdb, store.PermitKeys(c.prefix, p.key), p.holder, 0, 1, c.ttl, false)
