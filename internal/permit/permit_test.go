@@ -11,7 +11,9 @@ import (
 )
 
 func TestLimit(t *testing.T) {
-	fn := func(k string) int64 { return map[string]int64{"neg": -1, "five": 5, "huge": tierlimit.MaxPermits + 1}[k] }
+	fn := func(k string) int64 {
+		return map[string]int64{"neg": -1, "five": 5, "huge": tierlimit.MaxPermits + 1}[k]
+	}
 	for _, tt := range []struct {
 		key  string
 		fn   tierlimit.PermitFunc
