@@ -64,6 +64,7 @@ type Concurrency struct {
 	live     atomic.Int64 // instances alive, at the last heartbeat
 	stats    permit.Stats // Waiting, Refused, Expired; the rest under mu
 	queue    permit.Queue
+	onPermit func(tierlimit.PermitDecision) // WithPermitObserver's, or nil
 
 	// The counters of the hot path are under mu, which it holds anyway:
 	// atomics beside it would be two more contended cache lines
@@ -154,6 +155,18 @@ func WithPermitIdle(d time.Duration) ConcurrencyOption {
 // every DefaultProbeInterval).
 func WithPermitCallBudget(d time.Duration) ConcurrencyOption {
 	return durationOption("call budget", d, time.Millisecond, 10*time.Second, func(c *concConfig) *time.Duration { return &c.budget })
+}
+
+// WithPermitObserver gives o.Permit every acquisition (see
+// tierlimit.Observer); o's other fields are not used. A nil o is an error.
+func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
+		}
+		c.onPermit = o.Permit
+		return nil
+	})
 }
 
 // WithPermitPrefix sets the prefix of the Redis keys (default
@@ -252,12 +265,14 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 	if err != nil {
 		return nil, false, err
 	}
-	p, err := c.try(ctx, key, n)
-	if err != nil || p == nil {
-		if err == nil {
-			c.stats.Refused.Add(1)
-		}
+	p, src, err := c.try(ctx, key, n)
+	if err != nil {
 		return nil, false, err
+	}
+	permit.Report(c.onPermit, p != nil, src, 0)
+	if p == nil {
+		c.stats.Refused.Add(1)
+		return nil, false, nil
 	}
 	return p, true, nil
 }
@@ -272,11 +287,13 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	if err != nil {
 		return nil, err
 	}
-	if p, err := c.try(ctx, key, n); err != nil {
+	if p, src, err := c.try(ctx, key, n); err != nil {
 		return nil, err
 	} else if p != nil {
+		permit.Report(c.onPermit, true, src, 0)
 		return p, nil
 	}
+	start := time.Now()
 	woken := c.queue.Join(key)
 	defer c.queue.Leave(key, woken)
 	c.stats.Waiting.Add(1)
@@ -291,13 +308,15 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 		case <-woken:
 		case <-timer.C:
 		case <-ctx.Done():
+			permit.Report(c.onPermit, false, tierlimit.SourceRemote, time.Since(start))
 			return nil, ctx.Err()
 		case <-c.done:
 			return nil, tierlimit.ErrClosed
 		}
-		if p, err := c.try(ctx, key, n); err != nil {
+		if p, src, err := c.try(ctx, key, n); err != nil {
 			return nil, err
 		} else if p != nil {
+			permit.Report(c.onPermit, true, src, time.Since(start))
 			return p, nil
 		}
 	}
@@ -377,16 +396,16 @@ func (c *Concurrency) share(n int64) int64 {
 
 // try gives a permit of key from the block, else from a new lease, else
 // (Redis down) from the share; nil if none.
-func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPermit, error) {
+func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPermit, tierlimit.Source, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, tierlimit.ErrClosed
+		return nil, 0, tierlimit.ErrClosed
 	}
 	k := c.entry(key)
 	k.n = n
-	if p := c.take(key, k, n); p != nil {
-		return p, nil
+	if p, fallback := c.take(key, k, n); p != nil {
+		return p, source(fallback, tierlimit.SourceLocal), nil
 	}
 	cl := k.claim
 	if cl == nil {
@@ -405,19 +424,28 @@ func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPerm
 	// The claim's end may have forgotten the entry: a new one is the key's
 	// only record now.
 	k = c.entry(key)
-	if p := c.take(key, k, n); p != nil {
-		return p, nil
+	if p, fallback := c.take(key, k, n); p != nil {
+		return p, source(fallback, tierlimit.SourceRemote), nil
 	}
 	c.forget(key, k)
 	c.mu.Unlock()
 	select {
 	case <-cl.done:
 		if tierlimit.Misconfigured(cl.err) {
-			return nil, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, cl.err)
+			return nil, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, cl.err)
 		}
 	default:
 	}
-	return nil, nil
+	return nil, tierlimit.SourceRemote, nil
+}
+
+// source is a permit's source: SourceFallback for one from the share, else
+// src.
+func source(fallback bool, src tierlimit.Source) tierlimit.Source {
+	if fallback {
+		return tierlimit.SourceFallback
+	}
+	return src
 }
 
 // entry returns key's entry, made if there is none. It is called with c.mu
@@ -443,14 +471,13 @@ func (c *Concurrency) forget(key string, k *concKey) {
 // take gives a permit of k from its block or, while Redis is down, from
 // the instance's share. It is called with c.mu held, and releases it when
 // it returns a permit.
-func (c *Concurrency) take(key string, k *concKey, n int64) *hybridPermit {
-	fallback := false
+func (c *Concurrency) take(key string, k *concKey, n int64) (p *hybridPermit, fallback bool) {
 	switch {
 	case k.out < k.block:
 	case c.guard.Down() && k.out < max(k.block, c.share(n)):
 		fallback = true
 	default:
-		return nil
+		return nil, false
 	}
 	k.out++
 	k.busy = true
@@ -460,7 +487,7 @@ func (c *Concurrency) take(key string, k *concKey, n int64) *hybridPermit {
 		c.fallback++
 	}
 	c.mu.Unlock()
-	return &hybridPermit{k: k}
+	return &hybridPermit{k: k}, fallback
 }
 
 // startClaim starts a call that leases one more permit of k than it has

@@ -681,3 +681,29 @@ func TestPermitFunc(t *testing.T) {
 		}
 	}
 }
+
+func TestPermitObserver(t *testing.T) {
+	var mu sync.Mutex
+	var got []tierlimit.PermitDecision
+	o := &tierlimit.Observer{Permit: func(d tierlimit.PermitDecision) { mu.Lock(); got = append(got, d); mu.Unlock() }}
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 1, WithPermitObserver(o))
+	defer c.Close()
+	ctx := context.Background()
+	p, _, _ := c.TryAcquire(ctx, "k") // a lease claimed
+	c.TryAcquire(ctx, "k")            // refused
+	p.Release()
+	c.TryAcquire(ctx, "k") // from the block
+	want := []tierlimit.PermitDecision{
+		{Acquired: true, Source: tierlimit.SourceRemote},
+		{Acquired: false, Source: tierlimit.SourceRemote},
+		{Acquired: true, Source: tierlimit.SourceLocal},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("observer got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("decision %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/tierlimit/tierlimit"
@@ -26,9 +27,11 @@ type Concurrency struct {
 	fn     tierlimit.PermitFunc
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: waiters give up
-	close  sync.Once
-	stats  permit.Stats
-	shards [concShards]concShard
+	// onPermit is WithPermitObserver's, or nil.
+	onPermit func(tierlimit.PermitDecision)
+	close    sync.Once
+	stats    permit.Stats
+	shards   [concShards]concShard
 }
 
 // concShards spreads keys over locks, so that callers of different keys
@@ -84,6 +87,18 @@ type ConcurrencyOption interface {
 type concurrencyOption func(*Concurrency) error
 
 func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) }
+
+// WithPermitObserver gives o.Permit every acquisition (see
+// tierlimit.Observer); o's other fields are not used. A nil o is an error.
+func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
+		}
+		c.onPermit = o.Permit
+		return nil
+	})
+}
 
 // WithPermitFunc gives each key its own number of permits (see
 // tierlimit.PermitFunc); nil is an error. A key whose number falls while
@@ -155,12 +170,14 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 		}
 		s.mu.Unlock()
 		c.stats.Refused.Add(1)
+		permit.Report(c.onPermit, false, tierlimit.SourceLocal, 0)
 		return nil, false, nil
 	}
 	k.out++
 	s.acquired++
 	s.inUse++
 	s.mu.Unlock()
+	permit.Report(c.onPermit, true, tierlimit.SourceLocal, 0)
 	return &localPermit{c: c, key: key}, true, nil
 }
 
@@ -180,8 +197,10 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 		s.acquired++
 		s.inUse++
 		s.mu.Unlock()
+		permit.Report(c.onPermit, true, tierlimit.SourceLocal, 0)
 		return &localPermit{c: c, key: key}, nil
 	}
+	start := time.Now()
 	ch := make(chan struct{}, 1)
 	k.waiters = append(k.waiters, ch)
 	s.mu.Unlock()
@@ -189,8 +208,10 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	defer c.stats.Waiting.Add(-1)
 	select {
 	case <-ch: // counted by the release that handed it over
+		permit.Report(c.onPermit, true, tierlimit.SourceLocal, time.Since(start))
 		return &localPermit{c: c, key: key}, nil
 	case <-ctx.Done():
+		permit.Report(c.onPermit, false, tierlimit.SourceLocal, time.Since(start))
 		return nil, c.giveUp(key, ch, ctx.Err())
 	case <-c.done:
 		return nil, c.giveUp(key, ch, tierlimit.ErrClosed)

@@ -282,3 +282,32 @@ func TestPermitShardSize(t *testing.T) {
 		t.Errorf("unsafe.Sizeof(concShard{}) = %d, want 64 (a cache line)", got)
 	}
 }
+
+func TestPermitObserver(t *testing.T) {
+	var mu sync.Mutex
+	var got []tierlimit.PermitDecision
+	o := &tierlimit.Observer{Permit: func(d tierlimit.PermitDecision) { mu.Lock(); got = append(got, d); mu.Unlock() }}
+	c, _ := NewConcurrency(1, WithPermitObserver(o))
+	ctx := context.Background()
+	p, _, _ := c.TryAcquire(ctx, "k")
+	c.TryAcquire(ctx, "k")
+	go func() { time.Sleep(20 * time.Millisecond); p.Release() }()
+	q, _ := c.Acquire(ctx, "k")
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	c.Acquire(short, "k")
+	q.Release()
+	want := []bool{true, false, true, false}
+	if len(got) != len(want) {
+		t.Fatalf("observer got %d decisions, want %d", len(got), len(want))
+	}
+	for i, d := range got {
+		waits := i >= 2
+		if d.Acquired != want[i] || d.Source != tierlimit.SourceLocal || (d.Waited > 0) != waits {
+			t.Errorf("decision %d = %+v, want Acquired %v, SourceLocal, waited %v", i, d, want[i], waits)
+		}
+	}
+	if _, err := NewConcurrency(1, WithPermitObserver(nil)); !errors.Is(err, tierlimit.ErrInvalidOption) {
+		t.Errorf("NewConcurrency(WithPermitObserver(nil)) = %v, want ErrInvalidOption", err)
+	}
+}

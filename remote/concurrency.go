@@ -64,6 +64,8 @@ type Concurrency struct {
 	seq    atomic.Uint64
 	stats  permit.Stats
 	queue  permit.Queue
+	// onPermit is WithPermitObserver's, or nil.
+	onPermit func(tierlimit.PermitDecision)
 
 	mu     sync.Mutex
 	held   map[string]*heldKey // by user key: the permits to renew
@@ -87,6 +89,18 @@ type ConcurrencyOption interface {
 type concurrencyOption func(*Concurrency) error
 
 func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) }
+
+// WithPermitObserver gives o.Permit every acquisition (see
+// tierlimit.Observer); o's other fields are not used. A nil o is an error.
+func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
+		}
+		c.onPermit = o.Permit
+		return nil
+	})
+}
 
 // WithPermitFunc gives each key its own number of permits (see
 // tierlimit.PermitFunc); nil is an error. A key whose number falls while
@@ -187,11 +201,13 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 		return nil, false, err
 	}
 	p, err := c.try(ctx, key, n)
-	if err != nil || p == nil {
-		if err == nil {
-			c.stats.Refused.Add(1)
-		}
+	if err != nil {
 		return nil, false, err
+	}
+	permit.Report(c.onPermit, p != nil, tierlimit.SourceRemote, 0)
+	if p == nil {
+		c.stats.Refused.Add(1)
+		return nil, false, nil
 	}
 	return p, true, nil
 }
@@ -213,12 +229,15 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	bound := pollFirst
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	start := time.Now()
+	var waited time.Duration // 0 for a permit free at once
 	for {
 		p, err := c.try(ctx, key, n)
 		if err != nil {
 			return nil, err
 		}
 		if p != nil {
+			permit.Report(c.onPermit, true, tierlimit.SourceRemote, waited)
 			return p, nil
 		}
 		timer.Reset(bound/2 + rand.N(bound/2+1))
@@ -227,10 +246,12 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 		case <-woken:
 		case <-timer.C:
 		case <-ctx.Done():
+			permit.Report(c.onPermit, false, tierlimit.SourceRemote, time.Since(start))
 			return nil, ctx.Err()
 		case <-c.done:
 			return nil, tierlimit.ErrClosed
 		}
+		waited = time.Since(start)
 	}
 }
 

@@ -545,3 +545,27 @@ func BenchmarkPermit(b *testing.B) {
 	})
 	b.ReportMetric(float64(calls.n.Load()-before)/float64(b.N), "calls/op")
 }
+
+func TestPermitObserver(t *testing.T) {
+	var mu sync.Mutex
+	var got []tierlimit.PermitDecision
+	o := &tierlimit.Observer{Permit: func(d tierlimit.PermitDecision) { mu.Lock(); got = append(got, d); mu.Unlock() }}
+	_, rdb := redistest.Mini(t)
+	c, _ := NewConcurrency(rdb, 1, WithPermitObserver(o))
+	defer c.Close()
+	ctx := context.Background()
+	c.TryAcquire(ctx, "k")
+	c.TryAcquire(ctx, "k")
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	c.Acquire(short, "k")
+	want := []bool{true, false, false}
+	if len(got) != len(want) {
+		t.Fatalf("observer got %d decisions, want %d", len(got), len(want))
+	}
+	for i, d := range got {
+		if d.Acquired != want[i] || d.Source != tierlimit.SourceRemote || (d.Waited > 0) != (i == 2) {
+			t.Errorf("decision %d = %+v, want Acquired %v, SourceRemote", i, d, want[i])
+		}
+	}
+}

@@ -133,3 +133,10 @@ func (q *Queue) Wake(key string) {
 		}
 	}
 }
+
+// Report gives f, if not nil, one acquisition's outcome.
+func Report(f func(tierlimit.PermitDecision), acquired bool, src tierlimit.Source, waited time.Duration) {
+	if f != nil {
+		f(tierlimit.PermitDecision{Acquired: acquired, Source: src, Waited: waited})
+	}
+}
