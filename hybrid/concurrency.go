@@ -22,8 +22,8 @@ const (
 	// its last renewal: a crashed instance's permits are free again within
 	// it and one renewal interval (a third of it).
 	DefaultPermitTTL = 10 * time.Second
-	// DefaultPermitIdle is how long a key's unused leased permits stay
-	// with an instance before they go back to Redis.
+	// DefaultPermitIdle is the window over which an instance measures a
+	// key's use of its block: what it did not use goes back to Redis.
 	DefaultPermitIdle = 500 * time.Millisecond
 )
 
@@ -84,17 +84,17 @@ type Concurrency struct {
 
 // concKey is one key's permits in this instance.
 type concKey struct {
-	c     *Concurrency
-	key   string
-	rkeys []string  // store.PermitKeys
-	out   int64     // permits given out and not yet released
-	held  int64     // permits Redis holds for this instance, as last told
-	block int64     // of those, how many it may give out: held, less what it recorded over N
-	claim *claim    // the call to Redis in flight for the key, if any
-	n     int64     // the key's number of permits, at its last acquisition
-	seq   uint64    // answers applied to block: a renewal applies only if none came since it was sent
-	busy  bool      // given or released a permit since the last maintenance tick
-	quiet time.Time // when a tick first found it not busy (zero: busy since)
+	c      *Concurrency
+	key    string
+	rkeys  []string  // store.PermitKeys
+	out    int64     // permits given out and not yet released
+	held   int64     // permits Redis holds for this instance, as last told
+	block  int64     // of those, how many it may give out: held, less what it recorded over N
+	claim  *claim    // the call to Redis in flight for the key, if any
+	n      int64     // the key's number of permits, at its last acquisition
+	seq    uint64    // answers applied to block: a renewal applies only if none came since it was sent
+	peak   int64     // the most out at once since window began
+	window time.Time // when the current idle window began (zero: not yet)
 }
 
 // claim is one call setting a key's block.
@@ -142,8 +142,12 @@ func WithPermitTTL(d time.Duration) ConcurrencyOption {
 	return durationOption("permit ttl", d, 30*time.Millisecond, time.Hour, func(c *concConfig) *time.Duration { return &c.ttl })
 }
 
-// WithPermitIdle sets how long a key's unused leased permits stay before
-// they go back to Redis (default DefaultPermitIdle; 1 ms to 1 min).
+// WithPermitIdle sets the window over which a key's use of its block is
+// measured (default DefaultPermitIdle; 1 ms to 1 min): at each window's
+// end, the permits beyond the most the key had out at once in it go back to
+// Redis (all of them for a key unused). A window is measured on the
+// maintenance ticks, so a permit goes back between one and two windows
+// after its last use.
 func WithPermitIdle(d time.Duration) ConcurrencyOption {
 	return durationOption("permit idle", d, time.Millisecond, time.Minute, func(c *concConfig) *time.Duration { return &c.idle })
 }
@@ -243,7 +247,6 @@ func (p *hybridPermit) Release() {
 	}
 	p.released = true
 	k.out--
-	k.busy = true
 	c.inUse--
 	wake := k.out < k.block && c.stats.Waiting.Load() > 0
 	c.forget(k.key, k)
@@ -480,7 +483,7 @@ func (c *Concurrency) take(key string, k *concKey, n int64) (p *hybridPermit, fa
 		return nil, false
 	}
 	k.out++
-	k.busy = true
+	k.peak = max(k.peak, k.out)
 	c.acquired++
 	c.inUse++
 	if fallback {
@@ -620,8 +623,9 @@ func (c *Concurrency) renew() {
 
 // settle records in Redis the permits out beyond what Redis holds for a
 // key (given while Redis was down, or after Redis forgot them), gives back
-// what a key has not used for the idle time, and what it holds beyond its
-// block and its permits out (recorded over N). It does nothing while Redis
+// the part of a block a key has not used over the last idle window (all of
+// it for a key idle that long), and what it holds beyond its block and its
+// permits out (recorded over N). It does nothing while Redis
 // is down.
 func (c *Concurrency) settle(now time.Time) {
 	if c.guard.Down() || !c.guard.Allow() {
@@ -633,16 +637,15 @@ func (c *Concurrency) settle(now time.Time) {
 		if k.claim != nil {
 			continue
 		}
-		switch {
-		case k.busy:
-			k.busy, k.quiet = false, time.Time{}
-		case k.quiet.IsZero():
-			k.quiet = now
+		if k.window.IsZero() {
+			k.window, k.peak = now, k.out
 		}
-		if k.block > k.out && !k.quiet.IsZero() && now.Sub(k.quiet) >= c.cfg.idle {
-			// Lower the block first: no permit is given from what is
-			// on its way back.
-			k.block = k.out
+		if now.Sub(k.window) >= c.cfg.idle {
+			// What the key did not use over the window goes back, its
+			// block lowered first: no permit is given from what is on
+			// its way back.
+			k.block = min(k.block, max(k.peak, k.out))
+			k.window, k.peak = now, k.out
 		}
 		switch keep := max(k.block, k.out); {
 		case k.out > k.held:

@@ -707,3 +707,54 @@ func TestPermitObserver(t *testing.T) {
 		}
 	}
 }
+
+// TestPermitGiveBackUnused: an instance that leased more than it uses
+// gives the rest back within two idle windows, though it keeps using some.
+func TestPermitGiveBackUnused(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	a, _ := NewConcurrency(rdb, 3)
+	defer a.Close()
+	b, _ := NewConcurrency(rdb, 3)
+	defer b.Close()
+	var ps []tierlimit.Permit
+	for range 3 {
+		p, ok, err := a.TryAcquire(ctx, "k")
+		if !ok || err != nil {
+			t.Fatalf("a.TryAcquire = %v, %v; want true, nil", ok, err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		p.Release()
+	}
+	// a keeps one permit in use, in turn, for three windows.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if p, err := a.Acquire(ctx, "k"); err == nil {
+				time.Sleep(5 * time.Millisecond)
+				p.Release()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	deadline := time.Now().Add(3 * DefaultPermitIdle)
+	got := 0
+	for got < 2 && time.Now().Before(deadline) {
+		if _, ok, _ := b.TryAcquire(ctx, "k"); ok {
+			got++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got < 2 {
+		t.Errorf("b got %d permits within %v, want 2: a kept the block it did not use", got, 3*DefaultPermitIdle)
+	}
+}
