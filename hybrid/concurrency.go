@@ -655,3 +655,5 @@ func (c *Concurrency) settle(now time.Time) {
 		}
 	}
 }
+
+var _ tierlimit.Concurrency = (*Concurrency)(nil)

@@ -319,3 +319,5 @@ func (c *Concurrency) leave(key string, ch chan struct{}) bool {
 	}
 	return false
 }
+
+var _ tierlimit.Concurrency = (*Concurrency)(nil)

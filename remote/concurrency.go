@@ -410,3 +410,5 @@ func (c *Concurrency) renew() {
 		}
 	}
 }
+
+var _ tierlimit.Concurrency = (*Concurrency)(nil)
