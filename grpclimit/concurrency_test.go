@@ -96,3 +96,36 @@ func TestWithConcurrency(t *testing.T) {
 		t.Errorf("New(WithConcurrency(nil)) = %v, want ErrInvalidOption", err)
 	}
 }
+
+// ctxStream is a server stream that has only a context.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
+
+// TestWithConcurrencyStream: a stream holds its permit until its handler
+// returns.
+func TestWithConcurrencyStream(t *testing.T) {
+	lim, _ := local.New(tierlimit.PerSecond(1000))
+	conc, _ := local.NewConcurrency(1)
+	in, err := New(lim, WithKey(keyOf), WithConcurrency(conc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := in.Stream()
+	info := &grpc.StreamServerInfo{FullMethod: "/s/m"}
+	ss := ctxStream{ctx: context.WithValue(context.Background(), keyCtx{}, "a")}
+	var inner codes.Code
+	err = stream(nil, ss, info, func(any, grpc.ServerStream) error {
+		inner = status.Code(stream(nil, ss, info, func(any, grpc.ServerStream) error { return nil }))
+		return nil
+	})
+	if err != nil || inner != codes.ResourceExhausted {
+		t.Errorf("stream = %v with a second stream of its key inside = %v; want nil, ResourceExhausted", err, inner)
+	}
+	if err := stream(nil, ss, info, func(any, grpc.ServerStream) error { return nil }); err != nil {
+		t.Errorf("stream after the first ended = %v, want nil: the permit was not released", err)
+	}
+}
