@@ -311,3 +311,41 @@ func TestPermitObserver(t *testing.T) {
 		t.Errorf("NewConcurrency(WithPermitObserver(nil)) = %v, want ErrInvalidOption", err)
 	}
 }
+
+// TestPermitCloseRace: Close racing every call never panics or blocks.
+func TestPermitCloseRace(t *testing.T) {
+	for range 20 {
+		c, _ := NewConcurrency(2)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				for j := range 50 {
+					var p tierlimit.Permit
+					var err error
+					if (i+j)%2 == 0 {
+						p, err = c.Acquire(ctx, "k")
+					} else {
+						p, _, err = c.TryAcquire(ctx, "k")
+					}
+					if err != nil && err != tierlimit.ErrClosed || err != nil && p != nil {
+						t.Errorf("call racing Close = %v, %v; want nil or ErrClosed with no permit", p, err)
+						return
+					}
+					if p != nil {
+						p.Release()
+						p.Release()
+					}
+				}
+			}()
+		}
+		c.Close()
+		wg.Wait()
+		if s := c.Stats(); s.InUse != 0 || s.Waiting != 0 {
+			t.Errorf("Stats() after every call returned = %+v, want InUse 0, Waiting 0", s)
+		}
+	}
+}
