@@ -739,10 +739,12 @@ func TestPermitGiveBackUnused(t *testing.T) {
 				return
 			default:
 			}
-			if p, err := a.Acquire(ctx, "k"); err == nil {
+			actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			if p, err := a.Acquire(actx, "k"); err == nil {
 				time.Sleep(5 * time.Millisecond)
 				p.Release()
 			}
+			cancel()
 		}
 	}()
 	defer func() { close(stop); <-done }()
