@@ -88,9 +88,7 @@ func TestPermitFIFO(t *testing.T) {
 			order <- i
 			q.Release()
 		}()
-		for c.Stats().Waiting != int64(i+1) {
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, func() bool { return c.Stats().Waiting == int64(i+1) })
 	}
 	if _, ok, _ := c.TryAcquire(ctx, "k"); ok {
 		t.Errorf("TryAcquire with waiters = true, want false")
@@ -153,9 +151,7 @@ func TestPermitWaitEnds(t *testing.T) {
 		_, err := c.Acquire(context.Background(), "k")
 		errc <- err
 	}()
-	for c.Stats().Waiting != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() bool { return c.Stats().Waiting == 1 })
 	c.Close()
 	if err := <-errc; !errors.Is(err, tierlimit.ErrClosed) {
 		t.Errorf("Acquire waiting across Close = %v, want ErrClosed", err)
@@ -346,6 +342,16 @@ func TestPermitCloseRace(t *testing.T) {
 		wg.Wait()
 		if s := c.Stats(); s.InUse != 0 || s.Waiting != 0 {
 			t.Errorf("Stats() after every call returned = %+v, want InUse 0, Waiting 0", s)
+		}
+	}
+}
+
+// waitFor waits until cond holds, at most 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5 s")
 		}
 	}
 }

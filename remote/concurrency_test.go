@@ -442,6 +442,7 @@ func TestPermitKilledHolder(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	defer cmd.Process.Kill() // on every path: it would sleep a minute
 	lines := bufio.NewScanner(out)
 	for lines.Scan() && lines.Text() != "held" {
 	}
