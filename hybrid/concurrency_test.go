@@ -45,12 +45,16 @@ func TestPermits(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	a, err := NewConcurrency(redis.NewClient(&redis.Options{Addr: rdb.Options().Addr}), 3)
+	// Each instance with go-redis's default client of its own.
+	ra, rb := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr}), redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+	defer ra.Close()
+	defer rb.Close()
+	a, err := NewConcurrency(ra, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, _ := NewConcurrency(redis.NewClient(&redis.Options{Addr: rdb.Options().Addr}), 3)
+	b, _ := NewConcurrency(rb, 3)
 	defer b.Close()
 	var held []tierlimit.Permit
 	for i, c := range []*Concurrency{a, a, b, b} {
