@@ -287,6 +287,25 @@ func TestPermitOutage(t *testing.T) {
 				t.Errorf("Stats().Fallback = 0 on every instance, want permits from the shares")
 			}
 			if kind == "kill" {
+				// The breaker is open: no acquisition waits on Redis.
+				var slowest time.Duration
+				for _, c := range cs {
+					for range 100 {
+						start := time.Now()
+						p, _, err := c.TryAcquire(context.Background(), "other")
+						slowest = max(slowest, time.Since(start))
+						if err != nil {
+							t.Fatalf("TryAcquire with Redis down = %v, want no error", err)
+						}
+						if p != nil {
+							p.Release()
+						}
+					}
+				}
+				if slowest > DefaultCallBudget/2 {
+					t.Errorf("slowest TryAcquire with the breaker open took %v, want under %v: it waited on Redis", slowest, DefaultCallBudget/2)
+				}
+				t.Logf("slowest of 300 TryAcquire with the breaker open: %v", slowest)
 				srv.Restart(t)
 			}
 			// Back: the permits held across the outage are recorded.
