@@ -27,6 +27,10 @@
 //   - Settle: correct a charge after the fact (an estimate settled to the
 //     real cost), capped at full and never below empty, in one round trip.
 //
+// [Concurrency] limits requests in flight per key instead of a rate: a
+// permit per request, held in Redis with a TTL renewed while held, one
+// round trip to acquire and one to release.
+//
 // The limiters are safe for concurrent use. Their errors are bad input
 // (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost, and
 // tierlimit.ErrInvalidLimit for a bad WithLimitFunc answer),
