@@ -578,3 +578,31 @@ func TestPermitObserver(t *testing.T) {
 		}
 	}
 }
+
+// TestPermitRenewalRoundTrips: a renewal tick renews every permit held,
+// over many keys, in one round trip.
+func TestPermitRenewalRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	const ttl = 300 * time.Millisecond // a tick every 100 ms
+	c, _ := NewConcurrency(rdb, 3, WithPermitTTL(ttl))
+	defer c.Close()
+	for i := range 20 {
+		for range 2 {
+			if _, ok, err := c.TryAcquire(ctx, fmt.Sprint("k", i)); !ok || err != nil {
+				t.Fatalf("TryAcquire = %v, %v", ok, err)
+			}
+		}
+	}
+	before := calls.n.Load()
+	time.Sleep(5 * ttl / 3) // 5 ticks
+	got := calls.n.Load() - before
+	if got < 4 || got > 6 {
+		t.Errorf("%d round trips over 5 renewal ticks of 40 permits on 20 keys, want 4 to 6 (one per tick)", got)
+	}
+	if s := c.Stats(); s.Expired != 0 {
+		t.Errorf("Stats().Expired = %d, want 0", s.Expired)
+	}
+}
