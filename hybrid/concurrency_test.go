@@ -793,3 +793,30 @@ func TestPermitGiveBackUnused(t *testing.T) {
 		t.Errorf("b got %d permits within %v, want 2: a kept the block it did not use", got, 3*DefaultPermitIdle)
 	}
 }
+
+// TestPermitForgets: keys with nothing out are forgotten once their blocks
+// have gone back, in process and in Redis.
+func TestPermitForgets(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c, _ := NewConcurrency(rdb, 2)
+	defer c.Close()
+	for i := range 100 {
+		p, ok, err := c.TryAcquire(ctx, fmt.Sprint("k", i))
+		if !ok || err != nil {
+			t.Fatalf("TryAcquire = %v, %v", ok, err)
+		}
+		p.Release()
+	}
+	deadline := time.Now().Add(4 * DefaultPermitIdle)
+	kept := func() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.keys) }
+	for kept() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := kept(); n != 0 {
+		t.Errorf("%d keys kept after %v with nothing out, want 0", n, 4*DefaultPermitIdle)
+	}
+	if n := rdb.Keys(ctx, store.DefaultPrefix+"cc:*").Val(); len(n) != 0 {
+		t.Errorf("Redis keeps %d permit keys, want 0", len(n))
+	}
+}
