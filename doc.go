@@ -13,6 +13,10 @@
 //     locally, so most decisions make no round trip while the fleet never
 //     admits more than one Redis bucket would.
 //
+// Each tier also limits requests in flight per key: [Concurrency], whose
+// [Permit] a caller releases when done (remote.NewConcurrency,
+// local.NewConcurrency, hybrid.NewConcurrency).
+//
 // A denial is a [Result] whose Allowed field is false, never an error. Errors
 // mean bad input (errors.Is with [ErrInvalidLimit], [ErrInvalidKey],
 // [ErrInvalidCost], [ErrInvalidOption]), a cancelled context, a closed

@@ -28,6 +28,22 @@ type Observer struct {
 	// that did not happen after all, such as httplimit's give-back of
 	// what earlier limiters charged a request a later one refused.
 	GiveBack func(GiveBack)
+	// Permit is called once per acquisition of a concurrency limiter
+	// that returned no error (each TryAcquire, each Acquire that got a
+	// permit) and once per Acquire that gave up waiting (ctx done).
+	Permit func(PermitDecision)
+}
+
+// PermitDecision describes one acquisition of a concurrency limiter
+// (Observer.Permit).
+type PermitDecision struct {
+	Acquired bool
+	// Source is SourceLocal for a permit given in process (local, or
+	// hybrid's block), SourceRemote for one Redis decided (remote, or a
+	// hybrid lease just claimed), SourceFallback for one from hybrid's
+	// share while Redis is down.
+	Source Source
+	Waited time.Duration // how long Acquire waited; 0 for TryAcquire and a permit free at once
 }
 
 // GiveBack describes a charge given back whole (Observer.GiveBack).

@@ -71,6 +71,7 @@ type Interceptor struct {
 	onDecision DecisionFunc
 	logger     *slog.Logger // nil: slog.Default()
 	logged     logline.Every
+	conc       tierlimit.Concurrency // nil: no concurrency limit
 }
 
 // New returns an Interceptor that asks limiter, and the limiters added
@@ -101,6 +102,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Interceptor, error) {
 		onError:    cfg.onError,
 		onDecision: cfg.onDecision,
 		logger:     cfg.logger,
+		conc:       cfg.conc,
 	}
 	if cfg.forwarded {
 		in.header = MetadataForwarded
@@ -121,6 +123,15 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if err := in.decide(ctx, info.FullMethod, in.rules, false, nil); err != nil {
 			return nil, err
 		}
+		if in.conc != nil {
+			p, err := in.permit(ctx, info.FullMethod)
+			if err != nil {
+				return nil, err
+			}
+			if p != nil {
+				defer p.Release()
+			}
+		}
 		return handler(ctx, req)
 	}
 }
@@ -132,6 +143,15 @@ func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if err := in.decide(ss.Context(), info.FullMethod, in.rules, false, ss); err != nil {
 			return err
+		}
+		if in.conc != nil {
+			p, err := in.permit(ss.Context(), info.FullMethod)
+			if err != nil {
+				return err
+			}
+			if p != nil {
+				defer p.Release()
+			}
 		}
 		if len(in.messages) > 0 {
 			ss = &messageStream{ServerStream: ss, in: in, method: info.FullMethod}

@@ -87,6 +87,7 @@ type config struct {
 	onError    func(ctx context.Context, fullMethod string, err error)
 	onDecision DecisionFunc
 	logger     *slog.Logger
+	conc       tierlimit.Concurrency
 }
 
 func invalid(format string, args ...any) error {

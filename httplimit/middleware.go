@@ -151,6 +151,7 @@ type Middleware struct {
 	logger     *slog.Logger // nil: slog.Default()
 	logged     logline.Every
 	onDecision DecisionFunc
+	conc       tierlimit.Concurrency // nil: no concurrency limit
 }
 
 // New returns a Middleware that asks limiter, and the limiters added with
@@ -181,6 +182,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		onError:    cfg.onError,
 		logger:     cfg.logger,
 		onDecision: cfg.onDecision,
+		conc:       cfg.conc,
 	}
 	byName := make(map[string]*rule, len(m.rules))
 	for _, r := range m.rules {
@@ -207,6 +209,9 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if next == nil {
 		next = http.DefaultServeMux
+	}
+	if m.conc != nil {
+		next = &concHandler{m, next}
 	}
 	return &handler{m, next}
 }

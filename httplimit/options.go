@@ -79,6 +79,7 @@ type config struct {
 	onError    func(*http.Request, error)
 	logger     *slog.Logger
 	onDecision DecisionFunc
+	conc       tierlimit.Concurrency
 }
 
 func invalid(format string, args ...any) error {

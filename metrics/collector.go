@@ -27,6 +27,8 @@ import (
 //	tierlimit_breaker_transitions_total{limiter,from,to}     counter
 //	tierlimit_redis_eviction_risk{limiter}                   gauge      1: Redis may evict limiter keys; 0: it cannot; -1: unknown
 //	tierlimit_redis_evicted_keys{limiter}                    gauge      keys the server evicted since it started, last read
+//	tierlimit_permits_total{limiter,source,result}           counter    concurrency limiters' acquisitions; result: acquired, refused, gave_up (an Acquire whose ctx ended)
+//	tierlimit_permit_wait_seconds{limiter}                   histogram  how long an Acquire waited, when it did (decision buckets)
 //
 // From hybrid limiters, at scrape time (see hybrid.Stats; the ledger
 // balances as leased = spent + refunded + lost + held):
@@ -59,6 +61,8 @@ type Collector struct {
 	transitions *prometheus.CounterVec
 	evictRisk   *prometheus.GaugeVec
 	evicted     *prometheus.GaugeVec
+	permits     *prometheus.CounterVec
+	permitWait  *prometheus.HistogramVec
 
 	leased, spent, refunded, lost, held *prometheus.Desc
 	breaker, opens, instances           *prometheus.Desc
@@ -116,6 +120,10 @@ func New(opts ...Option) (*Collector, error) {
 			[]string{"limiter"}),
 		evicted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "redis_evicted_keys",
 			Help: "Keys the Redis server evicted since it started, as last read."}, []string{"limiter"}),
+		permits: counter("permits_total", "Acquisitions of concurrency limiters' permits, by the tier that decided and their result.",
+			"limiter", "source", "result"),
+		permitWait: histogram("permit_wait_seconds", "Time an Acquire of a concurrency limiter waited for a permit, when it waited.",
+			cfg.decisionBuckets, "limiter"),
 
 		leased:    desc("hybrid_tokens_leased_total", "Tokens claimed from Redis into leases."),
 		spent:     desc("hybrid_tokens_spent_total", "Leased tokens that admitted a request."),
@@ -185,6 +193,19 @@ func (c *Collector) Observer(name string) *tierlimit.Observer {
 			c.decisions.WithLabelValues(name, g.Source.String(), "given_back").Inc()
 			limits.countGiveBack(g.Limit)
 		},
+		Permit: func(d tierlimit.PermitDecision) {
+			result := "acquired"
+			switch {
+			case !d.Acquired && d.Waited > 0:
+				result = "gave_up"
+			case !d.Acquired:
+				result = "refused"
+			}
+			c.permits.WithLabelValues(name, d.Source.String(), result).Inc()
+			if d.Waited > 0 {
+				c.permitWait.WithLabelValues(name).Observe(d.Waited.Seconds())
+			}
+		},
 		Breaker: func(b tierlimit.BreakerChange) {
 			c.transitions.WithLabelValues(name, b.From.String(), b.To.String()).Inc()
 		},
@@ -234,6 +255,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.transitions.Describe(ch)
 	c.evictRisk.Describe(ch)
 	c.evicted.Describe(ch)
+	c.permits.Describe(ch)
+	c.permitWait.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.leased, c.spent, c.refunded, c.lost, c.held, c.breaker, c.opens, c.instances} {
 		ch <- d
 	}
@@ -250,6 +273,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.transitions.Collect(ch)
 	c.evictRisk.Collect(ch)
 	c.evicted.Collect(ch)
+	c.permits.Collect(ch)
+	c.permitWait.Collect(ch)
 	c.mu.Lock()
 	watched := append([]watch(nil), c.watched...)
 	c.mu.Unlock()

@@ -31,6 +31,10 @@
 //   - AllowAtMost: take between 1 and n tokens, as many as the key holds
 //     (a batch), in one round trip, or none with the wait for one.
 //
+// [Concurrency] limits requests in flight per key instead of a rate: a
+// permit per request, held in Redis with a TTL renewed while held, one
+// round trip to acquire and one to release.
+//
 // The limiters are safe for concurrent use. Their errors are bad input
 // (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost, and
 // tierlimit.ErrInvalidLimit for a bad WithLimitFunc answer),

@@ -37,6 +37,8 @@ var (
 	// Mark sets or reads a short-lived mark of a key: hybrid's charge-back
 	// marks a bucket it found full.
 	Mark = load("mark.lua")
+	// Permits holds the permits of one key of a concurrency limiter.
+	Permits = load("permits.lua")
 )
 
 func load(name string) *redis.Script {

@@ -1,0 +1,659 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/outage"
+	"github.com/tierlimit/tierlimit/internal/permit"
+	"github.com/tierlimit/tierlimit/internal/store"
+)
+
+// Defaults of the concurrency options.
+const (
+	// DefaultPermitTTL is how long an instance's block of permits outlives
+	// its last renewal: a crashed instance's permits are free again within
+	// it and one renewal interval (a third of it).
+	DefaultPermitTTL = 10 * time.Second
+	// DefaultPermitIdle is the window over which an instance measures a
+	// key's use of its block: what it did not use goes back to Redis.
+	DefaultPermitIdle = 500 * time.Millisecond
+)
+
+// Acquire's polling while a key has no permit free: the first wait and the
+// longest, each drawn at random between half and all of the bound.
+const (
+	permitPollFirst = 2 * time.Millisecond
+	permitPollMax   = 50 * time.Millisecond
+)
+
+// Concurrency limits how many requests per key are in flight at once
+// across a fleet sharing one Redis: at most N while Redis is healthy
+// (docs/design.md, "Concurrency limits"). Each instance leases a block of
+// a key's permits from Redis (the holder's count in the key's state, one
+// script, as remote's permits) and hands them out in process: a permit
+// from the block costs no Redis call, and only a key that needs more than
+// its block calls Redis, one call at a time per key. The block is renewed
+// while held, and what goes unused for WithPermitIdle goes back.
+//
+// While Redis is down or stalled (calls over the budget while Redis is
+// silent, opening a breaker) an instance gives out no more than the
+// larger of its block and its share of N: N divided by the live
+// instances (from the fleet's heartbeats), at least 1. No caller gets an
+// error for it. When Redis answers again, the instance records in Redis
+// the permits it has out beyond its block (so the fleet is exact again:
+// nobody gets a new permit until the total is under N), then leases as
+// before.
+//
+// A Concurrency is safe for concurrent use. It must not be copied.
+type Concurrency struct {
+	rdb      redis.UniversalClient
+	n        int64
+	fn       tierlimit.PermitFunc
+	cfg      concConfig
+	id       string // this instance's holder id in every key's state
+	fleetKey string
+	guard    *outage.Guard
+	live     atomic.Int64 // instances alive, at the last heartbeat
+	stats    permit.Stats // Waiting, Refused, Expired; the rest under mu
+	queue    permit.Queue
+	onPermit func(tierlimit.PermitDecision) // WithPermitObserver's, or nil
+
+	// The counters of the hot path are under mu, which it holds anyway:
+	// atomics beside it would be two more contended cache lines
+	// (BenchmarkPermit).
+	mu       sync.Mutex
+	keys     map[string]*concKey
+	closed   bool
+	acquired int64
+	inUse    int64
+	fallback int64
+
+	isClosed atomic.Bool // closed, read without mu by the input checks
+
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+}
+
+// concKey is one key's permits in this instance.
+type concKey struct {
+	c      *Concurrency
+	key    string
+	rkeys  []string  // store.PermitKeys
+	out    int64     // permits given out and not yet released
+	held   int64     // permits Redis holds for this instance, as last told
+	block  int64     // of those, how many it may give out: held, less what it recorded over N
+	claim  *claim    // the call to Redis in flight for the key, if any
+	n      int64     // the key's number of permits, at its last acquisition
+	seq    uint64    // answers applied to block: a renewal applies only if none came since it was sent
+	peak   int64     // the most out at once since window began
+	window time.Time // when the current idle window began (zero: not yet)
+}
+
+// claim is one call setting a key's block.
+type claim struct {
+	done  chan struct{} // closed when Redis answered or the call failed
+	err   error         // the call's error, once done
+	start time.Time
+}
+
+type concConfig struct {
+	prefix    string
+	ttl       time.Duration
+	idle      time.Duration
+	budget    time.Duration
+	threshold int
+	probe     time.Duration
+	heartbeat time.Duration
+}
+
+// ConcurrencyOption configures a Concurrency.
+type ConcurrencyOption interface {
+	applyConcurrency(*Concurrency) error
+}
+
+type concurrencyOption func(*Concurrency) error
+
+func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) }
+
+// WithPermitFunc gives each key its own number of permits (see
+// tierlimit.PermitFunc); nil is an error.
+func WithPermitFunc(f tierlimit.PermitFunc) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil permit func", tierlimit.ErrInvalidOption)
+		}
+		c.fn = f
+		return nil
+	})
+}
+
+// WithPermitTTL sets how long a block of permits outlives its last renewal
+// (default DefaultPermitTTL; 30 ms to 1 h). Blocks are renewed every third
+// of it.
+func WithPermitTTL(d time.Duration) ConcurrencyOption {
+	return durationOption("permit ttl", d, 30*time.Millisecond, time.Hour, func(c *concConfig) *time.Duration { return &c.ttl })
+}
+
+// WithPermitIdle sets the window over which a key's use of its block is
+// measured (default DefaultPermitIdle; 1 ms to 1 min): at each window's
+// end, the permits beyond the most the key had out at once in it go back to
+// Redis (all of them for a key unused). A window is measured on the
+// maintenance ticks, so a permit goes back between one and two windows
+// after its last use.
+func WithPermitIdle(d time.Duration) ConcurrencyOption {
+	return durationOption("permit idle", d, time.Millisecond, time.Minute, func(c *concConfig) *time.Duration { return &c.idle })
+}
+
+// WithPermitCallBudget bounds how long an acquisition waits on Redis
+// (default DefaultCallBudget; 1 ms to 10 s), as WithCallBudget does for
+// rates. A call over it that finds Redis silent counts toward opening the
+// breaker (DefaultBreakerThreshold consecutive failures; it probes again
+// every DefaultProbeInterval).
+func WithPermitCallBudget(d time.Duration) ConcurrencyOption {
+	return durationOption("call budget", d, time.Millisecond, 10*time.Second, func(c *concConfig) *time.Duration { return &c.budget })
+}
+
+// WithPermitObserver gives o.Permit every acquisition (see
+// tierlimit.Observer); o's other fields are not used. A nil o is an error.
+func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
+		}
+		c.onPermit = o.Permit
+		return nil
+	})
+}
+
+// WithPermitPrefix sets the prefix of the Redis keys (default
+// store's "tierlimit:"), under WithPrefix's rules.
+func WithPermitPrefix(prefix string) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if err := store.CheckPrefix(prefix); err != nil {
+			return err
+		}
+		c.cfg.prefix = prefix
+		return nil
+	})
+}
+
+func durationOption(name string, d, lo, hi time.Duration, field func(*concConfig) *time.Duration) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if d < lo || d > hi {
+			return fmt.Errorf("%w: %s %v, want %v to %v", tierlimit.ErrInvalidOption, name, d, lo, hi)
+		}
+		*field(&c.cfg) = d
+		return nil
+	})
+}
+
+// NewConcurrency returns a limiter of n permits per key (1 to
+// tierlimit.MaxPermits: an error wrapping tierlimit.ErrInvalidLimit
+// otherwise) leased from rdb; a nil rdb or a bad option is an error
+// wrapping tierlimit.ErrInvalidOption. It starts the goroutine that
+// renews blocks, gives back unused permits and beats in the fleet, which
+// Close stops. It does not wait for Redis.
+func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
+	if err := tierlimit.CheckPermits(n); err != nil {
+		return nil, check.Named("hybrid", err)
+	}
+	if rdb == nil {
+		return nil, check.Named("hybrid", fmt.Errorf("%w: nil redis client", tierlimit.ErrInvalidOption))
+	}
+	c := &Concurrency{rdb: rdb, n: n, id: instanceID(), keys: make(map[string]*concKey), done: make(chan struct{}),
+		cfg: concConfig{prefix: store.DefaultPrefix, ttl: DefaultPermitTTL, idle: DefaultPermitIdle, budget: DefaultCallBudget,
+			threshold: DefaultBreakerThreshold, probe: DefaultProbeInterval, heartbeat: DefaultHeartbeat}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, check.Named("hybrid", fmt.Errorf("%w: nil option", tierlimit.ErrInvalidOption))
+		}
+		if err := o.applyConcurrency(c); err != nil {
+			return nil, check.Named("hybrid", err)
+		}
+	}
+	c.guard = outage.New(c.cfg.budget, c.cfg.threshold, c.cfg.probe)
+	c.fleetKey = store.PermitFleetKey(c.cfg.prefix, n)
+	c.live.Store(1)
+	c.wg.Add(1)
+	go c.maintain()
+	return c, nil
+}
+
+// hybridPermit is a permit of a hybrid Concurrency: as small as it can be,
+// one allocation per permit (BenchmarkPermit).
+type hybridPermit struct {
+	k        *concKey
+	released bool // under k.c.mu
+}
+
+// Release gives the permit back to its instance, without a Redis call:
+// to a waiter in process, or to the block, which goes back to Redis once
+// unused for WithPermitIdle.
+func (p *hybridPermit) Release() {
+	k := p.k
+	c := k.c
+	c.mu.Lock()
+	if p.released {
+		c.mu.Unlock()
+		return
+	}
+	p.released = true
+	k.out--
+	c.inUse--
+	wake := k.out < k.block && c.stats.Waiting.Load() > 0
+	c.forget(k.key, k)
+	c.mu.Unlock()
+	if wake {
+		c.queue.Wake(k.key)
+	}
+}
+
+// TryAcquire returns a permit of key if one is free, without waiting for
+// one to be released: from the instance's block, else by leasing more in
+// one Redis call (at most the call budget), else, while Redis is down,
+// from the instance's share. It returns an error only for a bad key or
+// permit func answer (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidLimit),
+// a done ctx, a Redis that refuses the script (tierlimit.ErrMisconfigured),
+// or after Close (tierlimit.ErrClosed).
+func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Permit, bool, error) {
+	n, err := c.check(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	p, src, err := c.try(ctx, key, n)
+	if err != nil {
+		return nil, false, err
+	}
+	permit.Report(c.onPermit, p != nil, src, 0)
+	if p == nil {
+		c.stats.Refused.Add(1)
+		return nil, false, nil
+	}
+	return p, true, nil
+}
+
+// Acquire returns a permit of key, waiting for one until ctx is done: at
+// once when one is released in this instance, else after a random wait
+// that doubles up to a bound. It fails at once when ctx is done or its
+// deadline has passed. Its errors are TryAcquire's, and ctx's error when
+// it gives up waiting.
+func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit, error) {
+	n, err := c.check(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if p, src, err := c.try(ctx, key, n); err != nil {
+		return nil, err
+	} else if p != nil {
+		permit.Report(c.onPermit, true, src, 0)
+		return p, nil
+	}
+	start := time.Now()
+	woken := c.queue.Join(key)
+	defer c.queue.Leave(key, woken)
+	c.stats.Waiting.Add(1)
+	defer c.stats.Waiting.Add(-1)
+	bound := permitPollFirst
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(bound/2 + rand.N(bound/2+1))
+		bound = min(2*bound, permitPollMax)
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-ctx.Done():
+			permit.Report(c.onPermit, false, tierlimit.SourceRemote, time.Since(start))
+			return nil, ctx.Err()
+		case <-c.done:
+			return nil, tierlimit.ErrClosed
+		}
+		if p, src, err := c.try(ctx, key, n); err != nil {
+			return nil, err
+		} else if p != nil {
+			permit.Report(c.onPermit, true, src, time.Since(start))
+			return p, nil
+		}
+	}
+}
+
+// Close stops the instance's background work, gives its unused permits
+// back to Redis and leaves the fleet; it makes every later call, and every
+// Acquire waiting, return tierlimit.ErrClosed. Permits out stay valid and
+// may be released; Redis holds them until their TTL. It waits for calls
+// to Redis in flight, which the client's timeouts bound. It is idempotent
+// and returns nil.
+func (c *Concurrency) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.isClosed.Store(true)
+	close(c.done)
+	c.mu.Unlock()
+	c.wg.Wait()
+	if c.guard.Down() {
+		return nil // the blocks expire with their TTL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.mu.Lock()
+	var back []*concKey
+	for _, k := range c.keys {
+		if k.held > k.out {
+			k.block = min(k.block, k.out)
+			back = append(back, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range back {
+		c.mu.Lock()
+		target := k.out
+		c.mu.Unlock()
+		if _, _, err := store.SetPermits(ctx, c.rdb, k.rkeys, c.id, target, c.n, c.cfg.ttl, false); err != nil {
+			break // the rest expire with their TTL
+		}
+	}
+	_, _ = store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, true)
+	return nil
+}
+
+// Stats returns the instance's counters. Expired counts leased permits
+// Redis had forgotten at a renewal; Fallback those given out while Redis
+// was down.
+func (c *Concurrency) Stats() tierlimit.ConcurrencyStats {
+	s := c.stats.Read()
+	c.mu.Lock()
+	s.Acquired, s.InUse, s.Fallback = c.acquired, c.inUse, c.fallback
+	c.mu.Unlock()
+	return s
+}
+
+// check checks a call's input and returns the key's number of permits.
+func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
+	if c.isClosed.Load() {
+		return 0, tierlimit.ErrClosed
+	}
+	if err := permit.Ready(ctx); err != nil {
+		return 0, check.Named("hybrid", err)
+	}
+	n, err := permit.Limit(key, c.n, c.fn)
+	return n, check.Named("hybrid", err)
+}
+
+// share is the most an instance gives out of a key of n permits while
+// Redis is down, beyond its block: n over the live instances, at least 1.
+func (c *Concurrency) share(n int64) int64 {
+	return max(1, n/max(1, c.live.Load()))
+}
+
+// try gives a permit of key from the block, else from a new lease, else
+// (Redis down) from the share; nil if none.
+func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPermit, tierlimit.Source, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, 0, tierlimit.ErrClosed
+	}
+	k := c.entry(key)
+	k.n = n
+	if p, fallback := c.take(key, k, n); p != nil {
+		return p, source(fallback, tierlimit.SourceLocal), nil
+	}
+	cl := k.claim
+	if cl == nil {
+		cl = c.startClaim(k, n)
+	}
+	c.mu.Unlock()
+	budget := time.NewTimer(c.cfg.budget)
+	defer budget.Stop()
+	select {
+	case <-cl.done:
+	case <-budget.C:
+		c.guard.Late(cl.start)
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	// The claim's end may have forgotten the entry: a new one is the key's
+	// only record now.
+	k = c.entry(key)
+	if p, fallback := c.take(key, k, n); p != nil {
+		return p, source(fallback, tierlimit.SourceRemote), nil
+	}
+	c.forget(key, k)
+	c.mu.Unlock()
+	select {
+	case <-cl.done:
+		if tierlimit.Misconfigured(cl.err) {
+			return nil, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, cl.err)
+		}
+	default:
+	}
+	return nil, tierlimit.SourceRemote, nil
+}
+
+// source is a permit's source: SourceFallback for one from the share, else
+// src.
+func source(fallback bool, src tierlimit.Source) tierlimit.Source {
+	if fallback {
+		return tierlimit.SourceFallback
+	}
+	return src
+}
+
+// entry returns key's entry, made if there is none. It is called with c.mu
+// held. One entry per key at a time: its block is the count Redis holds
+// for this instance, which calls set absolutely.
+func (c *Concurrency) entry(key string) *concKey {
+	k := c.keys[key]
+	if k == nil {
+		k = &concKey{c: c, key: key, rkeys: store.PermitKeys(c.cfg.prefix, key)}
+		c.keys[key] = k
+	}
+	return k
+}
+
+// forget drops key's entry k if it holds nothing and no call is in flight
+// for it. It is called with c.mu held.
+func (c *Concurrency) forget(key string, k *concKey) {
+	if k.out == 0 && k.held == 0 && k.claim == nil && c.keys[key] == k {
+		delete(c.keys, key)
+	}
+}
+
+// take gives a permit of k from its block or, while Redis is down, from
+// the instance's share. It is called with c.mu held, and releases it when
+// it returns a permit.
+func (c *Concurrency) take(key string, k *concKey, n int64) (p *hybridPermit, fallback bool) {
+	switch {
+	case k.out < k.block:
+	case c.guard.Down() && k.out < max(k.block, c.share(n)):
+		fallback = true
+	default:
+		return nil, false
+	}
+	k.out++
+	k.peak = max(k.peak, k.out)
+	c.acquired++
+	c.inUse++
+	if fallback {
+		c.fallback++
+	}
+	c.mu.Unlock()
+	return &hybridPermit{k: k}, fallback
+}
+
+// startClaim starts a call that leases one more permit of k than it has
+// out, unless the breaker holds calls
+// back. It is called with c.mu held.
+func (c *Concurrency) startClaim(k *concKey, n int64) *claim {
+	cl := &claim{done: make(chan struct{}), start: time.Now()}
+	if !c.guard.Allow() {
+		close(cl.done)
+		return cl
+	}
+	target := max(k.out, k.block) + 1
+	return c.setBlock(k, n, target, false, cl)
+}
+
+// setBlock sends one call setting k's block to target (recording all of
+// it with force), as claim cl, on a goroutine of its own. It is called
+// with c.mu held; the call's answer updates the block whenever it comes.
+func (c *Concurrency) setBlock(k *concKey, n, target int64, force bool, cl *claim) *claim {
+	k.claim = cl
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ttl/3)
+		defer cancel()
+		count, total, err := store.SetPermits(ctx, c.rdb, k.rkeys, c.id, target, n, c.cfg.ttl, force)
+		c.guard.Done(cl.start, err)
+		c.mu.Lock()
+		if err == nil {
+			// A record over N makes the key's total exceed it: what it
+			// exceeds by is not given out again, only back (settle).
+			k.held, k.block = count, max(0, count-max(0, total-n))
+			k.seq++
+		}
+		cl.err = err
+		k.claim = nil
+		free := k.block - k.out
+		c.forget(k.key, k)
+		c.mu.Unlock()
+		close(cl.done)
+		for range min(free, 64) {
+			c.queue.Wake(k.key)
+		}
+	}()
+	return cl
+}
+
+// maintain beats in the fleet, renews blocks, records what was given out
+// while Redis was down, and gives back idle permits, until Close.
+func (c *Concurrency) maintain() {
+	defer c.wg.Done()
+	tick := time.NewTicker(min(c.cfg.idle/2, c.cfg.ttl/3, c.cfg.heartbeat))
+	defer tick.Stop()
+	c.beat()
+	if !c.guard.Down() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = store.LoadPermits(ctx, c.rdb) // else the first claim loads it
+		cancel()
+	}
+	lastBeat, lastRenew := time.Now(), time.Now()
+	for {
+		select {
+		case <-c.done:
+			return
+		case now := <-tick.C:
+			if now.Sub(lastBeat) >= c.cfg.heartbeat {
+				lastBeat = now
+				c.beat()
+			}
+			if now.Sub(lastRenew) >= c.cfg.ttl/3 {
+				lastRenew = now
+				c.renew()
+			}
+			c.settle(now)
+		}
+	}
+}
+
+// beat records the instance in the fleet and reads the fleet's size.
+func (c *Concurrency) beat() {
+	ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.budget, time.Second))
+	defer cancel()
+	start := time.Now()
+	live, err := store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, false)
+	c.guard.Done(start, err)
+	if err == nil && live > 0 {
+		c.live.Store(live)
+	}
+}
+
+// renew extends every block's TTL in one pipeline and learns what Redis
+// still holds for the instance.
+func (c *Concurrency) renew() {
+	type sent struct {
+		k   *concKey
+		seq uint64
+	}
+	c.mu.Lock()
+	var rs []store.Renewal
+	var ks []sent
+	for _, k := range c.keys {
+		if k.held > 0 && k.claim == nil {
+			rs = append(rs, store.Renewal{Keys: k.rkeys, Holders: []string{c.id}})
+			ks = append(ks, sent{k, k.seq})
+		}
+	}
+	c.mu.Unlock()
+	if len(rs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ttl/3)
+	defer cancel()
+	start := time.Now()
+	store.RenewPermits(ctx, c.rdb, c.cfg.ttl, rs)
+	c.guard.Done(start, rs[0].Err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range rs {
+		k := ks[i].k
+		if r.Err != nil || k.seq != ks[i].seq || k.claim != nil {
+			continue
+		}
+		if r.Counts[0] < k.held {
+			c.stats.Expired.Add(k.held - r.Counts[0])
+			k.held = r.Counts[0]
+			k.block = min(k.block, k.held)
+		}
+	}
+}
+
+// settle records in Redis the permits out beyond what Redis holds for a
+// key (given while Redis was down, or after Redis forgot them), gives back
+// the part of a block a key has not used over the last idle window (all of
+// it for a key idle that long), and what it holds beyond its block and its
+// permits out (recorded over N). It does nothing while Redis
+// is down.
+func (c *Concurrency) settle(now time.Time) {
+	if c.guard.Down() || !c.guard.Allow() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range c.keys {
+		if k.claim != nil {
+			continue
+		}
+		if k.window.IsZero() {
+			k.window, k.peak = now, k.out
+		}
+		if now.Sub(k.window) >= c.cfg.idle {
+			// What the key did not use over the window goes back, its
+			// block lowered first: no permit is given from what is on
+			// its way back.
+			k.block = min(k.block, max(k.peak, k.out))
+			k.window, k.peak = now, k.out
+		}
+		switch keep := max(k.block, k.out); {
+		case k.out > k.held:
+			c.setBlock(k, k.n, k.out, true, &claim{done: make(chan struct{}), start: now})
+		case k.held > keep:
+			c.setBlock(k, k.n, keep, false, &claim{done: make(chan struct{}), start: now})
+		}
+	}
+}
+
+var _ tierlimit.Concurrency = (*Concurrency)(nil)

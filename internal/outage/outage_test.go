@@ -1,0 +1,73 @@
+package outage
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestGuard(t *testing.T) {
+	const budget = 10 * time.Millisecond
+	refused := &net.OpError{Op: "dial", Err: errors.New("connection refused")}
+	tests := []struct {
+		name     string
+		silence  time.Duration // since Redis last answered
+		outcomes []error
+		wantDown bool
+	}{
+		{"answers", 0, []error{nil, nil, nil}, false},
+		{"error replies are answers", 0, []error{redis.Nil, redis.Nil, redis.Nil}, false},
+		{"refused thrice", 0, []error{refused, refused, refused}, true},
+		{"refused twice then an answer", 0, []error{refused, refused, nil}, false},
+		{"slow while Redis answers", 0, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, false},
+		{"deadlines while Redis is silent", 10 * budget, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := New(budget, 3, time.Hour)
+			g.heard = time.Now().Add(-tt.silence)
+			start := time.Now().Add(-tt.silence)
+			for _, err := range tt.outcomes {
+				g.Done(start, err)
+			}
+			if got := g.Down(); got != tt.wantDown {
+				t.Errorf("Down() = %v, want %v", got, tt.wantDown)
+			}
+			if got := g.Allow(); got == tt.wantDown {
+				t.Errorf("Allow() = %v, want %v", got, !tt.wantDown)
+			}
+		})
+	}
+}
+
+// TestGuardLate: a call still in flight counts as failed at each budget's
+// end once Redis has been silent since the call began for the stall time.
+func TestGuardLate(t *testing.T) {
+	const budget = 10 * time.Millisecond
+	g := New(budget, 3, 20*time.Millisecond)
+	start := time.Now()
+	g.Late(start) // just started: not yet
+	if g.failures != 0 {
+		t.Fatalf("failures = %d after Late at the start, want 0", g.failures)
+	}
+	old := start.Add(-stallBudgets * budget)
+	g.heard = old
+	for range 3 {
+		g.Late(old)
+	}
+	if !g.Down() || g.Allow() {
+		t.Errorf("Down, Allow = %v, %v after 3 late calls in silence, want true, false", g.Down(), g.Allow())
+	}
+	time.Sleep(25 * time.Millisecond)
+	if !g.Allow() || !g.Down() {
+		t.Errorf("after the probe interval Allow, Down = %v, %v, want true, true (probing, still down)", g.Allow(), g.Down())
+	}
+	g.Done(time.Now(), nil)
+	if g.Down() {
+		t.Errorf("Down() = true after an answer, want false")
+	}
+}

@@ -1,0 +1,60 @@
+package tierlimit
+
+import (
+	"context"
+	"fmt"
+)
+
+// Permit is one request's place among a key's concurrent requests, given
+// by a Concurrency limiter's Acquire or TryAcquire. Release gives it back.
+// Release is idempotent, and harmless after the permit's TTL has passed or
+// after the limiter's Close. A Permit is safe for concurrent use.
+type Permit interface {
+	Release()
+}
+
+// Concurrency limits how many requests per key are in flight at once (a
+// concurrent-requests limiter): at most N permits of a key are held at any
+// time. remote.Concurrency, local.Concurrency and hybrid.Concurrency
+// implement it; httplimit.WithConcurrency and grpclimit.WithConcurrency
+// take one.
+//
+// Acquire waits for a permit until ctx is done and fails at once when ctx is
+// already done or past its deadline. TryAcquire never waits: ok is false
+// when the key has N permits out. Both return an error only for invalid
+// input, a done ctx, a closed limiter (ErrClosed) or, in the remote tier, a
+// backend failure; a refusal is never an error.
+type Concurrency interface {
+	Acquire(ctx context.Context, key string) (Permit, error)
+	TryAcquire(ctx context.Context, key string) (p Permit, ok bool, err error)
+}
+
+// PermitFunc gives each key its own number of permits, in place of a
+// Concurrency constructor's N: 0 means the constructor's N, and any
+// other answer outside 1 to MaxPermits is an error wrapping
+// ErrInvalidLimit for that call (never an admission). It is called on
+// every acquisition, so it must be fast and safe for concurrent use.
+type PermitFunc func(key string) int64
+
+// MaxPermits is the largest number of permits per key a Concurrency
+// limiter accepts.
+const MaxPermits = 1 << 30
+
+// CheckPermits reports whether n is a valid number of permits per key: 1 to
+// MaxPermits. Its error wraps ErrInvalidLimit.
+func CheckPermits(n int64) error {
+	if n < 1 || n > MaxPermits {
+		return fmt.Errorf("%w: %d permits per key, want 1 to %d", ErrInvalidLimit, n, int64(MaxPermits))
+	}
+	return nil
+}
+
+// ConcurrencyStats counts what a Concurrency limiter did since it was made.
+type ConcurrencyStats struct {
+	InUse    int64 // permits this limiter has given out and not yet had back
+	Waiting  int64 // Acquire calls waiting for a permit now
+	Acquired int64 // permits given out, by Acquire and TryAcquire
+	Refused  int64 // TryAcquire calls that found no permit free
+	Expired  int64 // permits Redis no longer held at a renewal: expired with their TTL (remote, hybrid)
+	Fallback int64 // permits given out while Redis was down, from the instance's share (hybrid)
+}

@@ -1,0 +1,414 @@
+package remote
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/permit"
+	"github.com/tierlimit/tierlimit/internal/store"
+)
+
+// DefaultPermitTTL is how long a permit outlives its holder's last renewal
+// unless WithPermitTTL says otherwise: a crashed process's permits are
+// free again within it and one renewal interval (a third of it).
+const DefaultPermitTTL = 10 * time.Second
+
+// Bounds of WithPermitTTL.
+const (
+	MinPermitTTL = 30 * time.Millisecond
+	MaxPermitTTL = time.Hour
+)
+
+// releaseTimeout bounds Release's call to Redis, for clients that honour
+// context deadlines (go-redis's ContextTimeoutEnabled); others wait up to
+// their ReadTimeout.
+const releaseTimeout = time.Second
+
+// Acquire's polling: the first wait, the longest, each drawn at random
+// between half and all of the current bound, which doubles per try.
+const (
+	pollFirst = 2 * time.Millisecond
+	pollMax   = 50 * time.Millisecond
+)
+
+// Concurrency limits how many requests per key are in flight at once
+// across every process that shares its Redis and prefix: at most N permits
+// of a key are held at any time while Redis is healthy (docs/design.md,
+// "Concurrency limits").
+//
+// Each permit is a holder of its own in the key's Redis state, expiring a
+// TTL after its last renewal; a goroutine renews every held permit each
+// third of the TTL, one pipeline per tick. A permit whose renewal Redis
+// does not see for a TTL (a crashed process, a long outage) expires and
+// is free for others: its Release then does nothing. TryAcquire and
+// Release make one round trip each.
+//
+// A Concurrency is safe for concurrent use. It must not be copied.
+type Concurrency struct {
+	rdb    redis.UniversalClient
+	n      int64
+	fn     tierlimit.PermitFunc
+	prefix string
+	ttl    time.Duration
+	id     string // this limiter's part of its holder ids
+	seq    atomic.Uint64
+	stats  permit.Stats
+	queue  permit.Queue
+	// onPermit is WithPermitObserver's, or nil.
+	onPermit func(tierlimit.PermitDecision)
+
+	mu     sync.Mutex
+	held   map[string]*heldKey // by user key: the permits to renew
+	closed bool
+
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+}
+
+// heldKey is one key's permits this limiter holds.
+type heldKey struct {
+	keys    []string // store.PermitKeys
+	holders map[string]struct{}
+}
+
+// ConcurrencyOption configures a Concurrency.
+type ConcurrencyOption interface {
+	applyConcurrency(*Concurrency) error
+}
+
+type concurrencyOption func(*Concurrency) error
+
+func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) }
+
+// WithPermitObserver gives o.Permit every acquisition (see
+// tierlimit.Observer); o's other fields are not used. A nil o is an error.
+func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
+		}
+		c.onPermit = o.Permit
+		return nil
+	})
+}
+
+// WithPermitFunc gives each key its own number of permits (see
+// tierlimit.PermitFunc); nil is an error. A key whose number falls while
+// more are held keeps them until they are released.
+func WithPermitFunc(f tierlimit.PermitFunc) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil permit func", tierlimit.ErrInvalidOption)
+		}
+		c.fn = f
+		return nil
+	})
+}
+
+// WithPermitTTL sets how long a permit outlives its last renewal (default
+// DefaultPermitTTL, between MinPermitTTL and MaxPermitTTL). Holders renew
+// every third of it, so a shorter TTL frees a crashed holder's permits
+// sooner for more renewal calls.
+func WithPermitTTL(d time.Duration) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if d < MinPermitTTL || d > MaxPermitTTL {
+			return fmt.Errorf("%w: permit ttl %v, want %v to %v", tierlimit.ErrInvalidOption, d, MinPermitTTL, MaxPermitTTL)
+		}
+		c.ttl = d
+		return nil
+	})
+}
+
+// WithPermitPrefix sets the prefix of the Redis keys of the permits
+// (default DefaultPrefix), under WithPrefix's rules.
+func WithPermitPrefix(prefix string) ConcurrencyOption {
+	return concurrencyOption(func(c *Concurrency) error {
+		if err := store.CheckPrefix(prefix); err != nil {
+			return err
+		}
+		c.prefix = prefix
+		return nil
+	})
+}
+
+// NewConcurrency returns a limiter of n permits per key (1 to
+// tierlimit.MaxPermits: an error wrapping tierlimit.ErrInvalidLimit
+// otherwise) kept in rdb; a nil rdb or a bad option is an error wrapping
+// tierlimit.ErrInvalidOption. It starts the renewal goroutine, which Close
+// stops. It does not call Redis.
+func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
+	if err := tierlimit.CheckPermits(n); err != nil {
+		return nil, check.Named("remote", err)
+	}
+	if rdb == nil {
+		return nil, check.Named("remote", fmt.Errorf("%w: nil redis client", tierlimit.ErrInvalidOption))
+	}
+	c := &Concurrency{rdb: rdb, n: n, prefix: DefaultPrefix, ttl: DefaultPermitTTL,
+		held: make(map[string]*heldKey), done: make(chan struct{})}
+	for _, o := range opts {
+		if o == nil {
+			return nil, check.Named("remote", fmt.Errorf("%w: nil option", tierlimit.ErrInvalidOption))
+		}
+		if err := o.applyConcurrency(c); err != nil {
+			return nil, check.Named("remote", err)
+		}
+	}
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	c.id = hex.EncodeToString(b[:])
+	c.wg.Add(1)
+	go c.renewLoop()
+	return c, nil
+}
+
+// remotePermit is one permit: a holder in its key's Redis state.
+type remotePermit struct {
+	c        *Concurrency
+	key      string
+	holder   string
+	released atomic.Bool
+}
+
+// Release gives the permit back to Redis in one call (bounded by a second,
+// or the TTL if shorter, when the client honours context deadlines), then
+// wakes the key's longest waiter in this process. If that call fails,
+// the permit expires within its TTL, no longer renewed.
+func (p *remotePermit) Release() {
+	if p.released.Swap(true) {
+		return
+	}
+	p.c.release(p)
+}
+
+// TryAcquire returns a permit of key if fewer than its number are held,
+// in one round trip, without waiting. It returns an error for a bad key or
+// permit func answer (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidLimit),
+// a done ctx, a Redis failure (wrapping tierlimit.ErrMisconfigured when
+// Redis refuses the script), or after Close (tierlimit.ErrClosed).
+func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Permit, bool, error) {
+	n, err := c.check(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	p, err := c.try(ctx, key, n)
+	if err != nil {
+		return nil, false, err
+	}
+	permit.Report(c.onPermit, p != nil, tierlimit.SourceRemote, 0)
+	if p == nil {
+		c.stats.Refused.Add(1)
+		return nil, false, nil
+	}
+	return p, true, nil
+}
+
+// Acquire returns a permit of key, waiting for one until ctx is done: it
+// asks Redis again after a random wait that doubles up to a bound, and at
+// once when a permit of the key is released in this process. It fails at
+// once when ctx is done or its deadline has passed. Its errors are
+// TryAcquire's, and ctx's error when it gives up waiting.
+func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit, error) {
+	n, err := c.check(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	woken := c.queue.Join(key)
+	defer c.queue.Leave(key, woken)
+	c.stats.Waiting.Add(1)
+	defer c.stats.Waiting.Add(-1)
+	bound := pollFirst
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	start := time.Now()
+	var waited time.Duration // 0 for a permit free at once
+	for {
+		p, err := c.try(ctx, key, n)
+		if err != nil {
+			return nil, err
+		}
+		if p != nil {
+			permit.Report(c.onPermit, true, tierlimit.SourceRemote, waited)
+			return p, nil
+		}
+		timer.Reset(bound/2 + rand.N(bound/2+1))
+		bound = min(2*bound, pollMax)
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-ctx.Done():
+			permit.Report(c.onPermit, false, tierlimit.SourceRemote, time.Since(start))
+			return nil, ctx.Err()
+		case <-c.done:
+			return nil, tierlimit.ErrClosed
+		}
+		waited = time.Since(start)
+	}
+}
+
+// Close stops renewing permits and makes every later call, and every
+// Acquire waiting, return tierlimit.ErrClosed. Permits held stay valid
+// until their TTL and may be released. It is idempotent and returns nil.
+func (c *Concurrency) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	c.mu.Unlock()
+	c.wg.Wait()
+	return nil
+}
+
+// Stats returns the limiter's counters. Expired counts permits whose
+// renewal found them gone from Redis.
+func (c *Concurrency) Stats() tierlimit.ConcurrencyStats { return c.stats.Read() }
+
+// check checks a call's input and returns the key's number of permits.
+func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
+	if c.isClosed() {
+		return 0, tierlimit.ErrClosed
+	}
+	if err := permit.Ready(ctx); err != nil {
+		return 0, check.Named("remote", err)
+	}
+	n, err := permit.Limit(key, c.n, c.fn)
+	return n, check.Named("remote", err)
+}
+
+func (c *Concurrency) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// try asks Redis for one permit of key: nil if none is free.
+func (c *Concurrency) try(ctx context.Context, key string, n int64) (*remotePermit, error) {
+	keys := store.PermitKeys(c.prefix, key)
+	holder := c.id + ":" + strconv.FormatUint(c.seq.Add(1), 36)
+	got, _, err := store.SetPermits(ctx, c.rdb, keys, holder, 1, n, c.ttl, false)
+	if err != nil {
+		return nil, c.redisErr(err)
+	}
+	if got == 0 {
+		return nil, nil
+	}
+	c.mu.Lock()
+	h := c.held[key]
+	if h == nil {
+		h = &heldKey{keys: keys, holders: make(map[string]struct{})}
+		c.held[key] = h
+	}
+	h.holders[holder] = struct{}{}
+	c.mu.Unlock()
+	c.stats.Acquired.Add(1)
+	c.stats.InUse.Add(1)
+	return &remotePermit{c: c, key: key, holder: holder}, nil
+}
+
+// redisErr names a Redis failure as the caller sees it.
+func (c *Concurrency) redisErr(err error) error {
+	if tierlimit.Misconfigured(err) {
+		return fmt.Errorf("remote: %w: %w", tierlimit.ErrMisconfigured, err)
+	}
+	return check.Named("remote", err)
+}
+
+// release takes p out of the renewals and gives it back to Redis, unless
+// its renewal found it expired.
+func (c *Concurrency) release(p *remotePermit) {
+	c.stats.InUse.Add(-1)
+	c.mu.Lock()
+	h := c.held[p.key]
+	_, live := h.holdersOf()[p.holder]
+	if live {
+		delete(h.holders, p.holder)
+		if len(h.holders) == 0 {
+			delete(c.held, p.key)
+		}
+	}
+	c.mu.Unlock()
+	if !live {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.ttl, releaseTimeout))
+	defer cancel()
+	// A failure leaves the permit to its TTL: nobody renews it now.
+	_, _, _ = store.SetPermits(ctx, c.rdb, store.PermitKeys(c.prefix, p.key), p.holder, 0, 1, c.ttl, false)
+	c.queue.Wake(p.key)
+}
+
+func (h *heldKey) holdersOf() map[string]struct{} {
+	if h == nil {
+		return nil
+	}
+	return h.holders
+}
+
+// renewLoop renews the permits held every third of the TTL until Close.
+func (c *Concurrency) renewLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			c.renew()
+		}
+	}
+}
+
+// renew extends every held permit's TTL in one pipeline, and forgets those
+// Redis no longer has (they expired: their holders' Release is a no-op).
+func (c *Concurrency) renew() {
+	c.mu.Lock()
+	rs := make([]store.Renewal, 0, len(c.held))
+	names := make([]string, 0, len(c.held))
+	for key, h := range c.held {
+		r := store.Renewal{Keys: h.keys, Holders: make([]string, 0, len(h.holders))}
+		for holder := range h.holders {
+			r.Holders = append(r.Holders, holder)
+		}
+		rs = append(rs, r)
+		names = append(names, key)
+	}
+	c.mu.Unlock()
+	if len(rs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.ttl/3)
+	defer cancel()
+	store.RenewPermits(ctx, c.rdb, c.ttl, rs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range rs {
+		if r.Err != nil {
+			continue // the next tick tries again; the TTL leaves two
+		}
+		h := c.held[names[i]]
+		for j, holder := range r.Holders {
+			if _, ok := h.holdersOf()[holder]; ok && r.Counts[j] == 0 {
+				delete(h.holders, holder)
+				c.stats.Expired.Add(1)
+			}
+		}
+		if h != nil && len(h.holders) == 0 {
+			delete(c.held, names[i])
+		}
+	}
+}
+
+var _ tierlimit.Concurrency = (*Concurrency)(nil)

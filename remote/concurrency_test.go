@@ -1,0 +1,608 @@
+package remote
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/internal/store"
+)
+
+// countCalls counts the commands rdb sends (a pipeline counts once).
+type countCalls struct{ n atomic.Int64 }
+
+func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+func TestPermits(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	c, err := NewConcurrency(rdb, 2, WithPermitFunc(func(k string) int64 {
+		if k == "big" {
+			return 3
+		}
+		return 0
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tt := range []struct {
+		key  string
+		want int
+	}{{"a", 2}, {"b", 2}, {"big", 3}} {
+		var held []tierlimit.Permit
+		for {
+			p, ok, err := c.TryAcquire(ctx, tt.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			held = append(held, p)
+		}
+		if len(held) != tt.want {
+			t.Errorf("TryAcquire(%q) gave %d permits, want %d", tt.key, len(held), tt.want)
+		}
+		held[0].Release()
+		held[0].Release()
+		if _, ok, _ := c.TryAcquire(ctx, tt.key); !ok {
+			t.Errorf("TryAcquire(%q) after a Release = false, want true", tt.key)
+		}
+		if _, ok, _ := c.TryAcquire(ctx, tt.key); ok {
+			t.Errorf("TryAcquire(%q) after a double Release = true, want false", tt.key)
+		}
+	}
+	keys := store.PermitKeys(DefaultPrefix, "a")
+	for _, k := range keys {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > DefaultPermitTTL+time.Millisecond {
+			t.Errorf("PTTL(%s) = %v, want 0 to %v", k, ttl, DefaultPermitTTL)
+		}
+	}
+	if s := c.Stats(); s.InUse != 7 || s.Acquired != 10 || s.Refused != 6 {
+		t.Errorf("Stats() = %+v, want InUse 7, Acquired 10, Refused 6", s)
+	}
+}
+
+// TestPermitRoundTrips: one round trip per TryAcquire and per Release.
+func TestPermitRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	c, _ := NewConcurrency(rdb, 1)
+	defer c.Close()
+	if p, _, err := c.TryAcquire(ctx, "k"); err == nil { // loads the script
+		p.Release()
+	}
+	for i := range 3 {
+		before := calls.n.Load()
+		p, ok, err := c.TryAcquire(ctx, "k")
+		if got := calls.n.Load() - before; !ok || err != nil || got != 1 {
+			t.Fatalf("TryAcquire %d = %v, %v with %d round trips, want true, nil with 1", i, ok, err, got)
+		}
+		before = calls.n.Load()
+		if _, ok, _ := c.TryAcquire(ctx, "k"); ok || calls.n.Load()-before != 1 {
+			t.Errorf("a refused TryAcquire made %d round trips (ok %v), want 1 (false)", calls.n.Load()-before, ok)
+		}
+		before = calls.n.Load()
+		p.Release()
+		p.Release()
+		if got := calls.n.Load() - before; got != 1 {
+			t.Errorf("Release twice made %d round trips, want 1", got)
+		}
+	}
+}
+
+// TestPermitTTL: a permit no one renews (its limiter closed) is free
+// within its TTL, and its Release then harms no later holder.
+func TestPermitTTL(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	const ttl = 150 * time.Millisecond
+	a, _ := NewConcurrency(rdb, 1, WithPermitTTL(ttl))
+	b, _ := NewConcurrency(rdb, 1, WithPermitTTL(ttl))
+	defer b.Close()
+	p, ok, _ := a.TryAcquire(ctx, "k")
+	if !ok {
+		t.Fatal("TryAcquire = false, want true")
+	}
+	time.Sleep(ttl) // renewed meanwhile: still held
+	if _, ok, _ := b.TryAcquire(ctx, "k"); ok {
+		t.Fatalf("TryAcquire of a renewed permit's key = true, want false")
+	}
+	a.Close()
+	start := time.Now()
+	q, err := b.Acquire(ctx, "k")
+	if err != nil || time.Since(start) > ttl+ttl/3+100*time.Millisecond {
+		t.Fatalf("Acquire after the holder's Close = %v after %v, want a permit within %v", err, time.Since(start), ttl+ttl/3)
+	}
+	p.Release() // after its TTL and its limiter's Close: harmless
+	if _, ok, _ := b.TryAcquire(ctx, "k"); ok {
+		t.Errorf("TryAcquire after a stale Release = true, want false: it freed the new holder's permit")
+	}
+	q.Release()
+	time.Sleep(10 * time.Millisecond)
+	if n := rdb.Exists(ctx, store.PermitKeys(DefaultPrefix, "k")...).Val(); n != 0 {
+		t.Errorf("%d permit keys left after every permit's release, want 0", n)
+	}
+}
+
+func TestPermitInput(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	for _, tt := range []struct {
+		rdb  redis.UniversalClient
+		n    int64
+		opts []ConcurrencyOption
+		want error
+	}{
+		{rdb, 0, nil, tierlimit.ErrInvalidLimit},
+		{rdb, tierlimit.MaxPermits + 1, nil, tierlimit.ErrInvalidLimit},
+		{nil, 1, nil, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{nil}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitFunc(nil)}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitTTL(time.Millisecond)}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitTTL(2 * time.Hour)}, tierlimit.ErrInvalidOption},
+		{rdb, 1, []ConcurrencyOption{WithPermitPrefix("a{b")}, tierlimit.ErrInvalidOption},
+	} {
+		if c, err := NewConcurrency(tt.rdb, tt.n, tt.opts...); !errors.Is(err, tt.want) || !strings.HasPrefix(err.Error(), "remote: ") {
+			t.Errorf("NewConcurrency(%d, ...) = %v, want remote: %v", tt.n, err, tt.want)
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
+	for _, tt := range []struct {
+		ctx  context.Context
+		key  string
+		want error
+	}{
+		{ctx, "", tierlimit.ErrInvalidKey},
+		{ctx, strings.Repeat("x", tierlimit.MaxKeyLen+1), tierlimit.ErrInvalidKey},
+		{ctx, "neg", tierlimit.ErrInvalidLimit},
+		{ctx, "huge", tierlimit.ErrInvalidLimit},
+		{nil, "k", tierlimit.ErrInvalidOption},
+	} {
+		if _, _, err := c.TryAcquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
+			t.Errorf("TryAcquire(%.10q) = %v, want %v", tt.key, err, tt.want)
+		}
+		if _, err := c.Acquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
+			t.Errorf("Acquire(%.10q) = %v, want %v", tt.key, err, tt.want)
+		}
+	}
+	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := c.Acquire(past, "k"); err != context.DeadlineExceeded {
+		t.Errorf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+	c.Close()
+	c.Close()
+	if _, _, err := c.TryAcquire(ctx, "k"); err != tierlimit.ErrClosed {
+		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+	if _, err := c.Acquire(ctx, "k"); err != tierlimit.ErrClosed {
+		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestPermitWake: a Release in this process wakes a waiter at once,
+// not at its next poll.
+func TestPermitWake(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c, _ := NewConcurrency(rdb, 1)
+	defer c.Close()
+	p, _, _ := c.TryAcquire(ctx, "k")
+	got := make(chan time.Time)
+	go func() {
+		q, err := c.Acquire(ctx, "k")
+		if err != nil {
+			t.Error(err)
+		} else {
+			q.Release()
+		}
+		got <- time.Now()
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter's poll reaches its bound
+	released := time.Now()
+	p.Release()
+	if d := (<-got).Sub(released); d > pollMax/2 {
+		t.Errorf("waiter admitted %v after the Release, want under %v", d, pollMax/2)
+	}
+}
+
+// TestPermitCloseRace: Close racing every call never panics or
+// blocks, and leaves no goroutine behind.
+func TestPermitCloseRace(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	before := runtime.NumGoroutine()
+	for range 5 {
+		c, _ := NewConcurrency(rdb, 2, WithPermitTTL(MinPermitTTL))
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				for j := range 20 {
+					var p tierlimit.Permit
+					var err error
+					if (i+j)%2 == 0 {
+						p, err = c.Acquire(ctx, "k")
+					} else {
+						p, _, err = c.TryAcquire(ctx, "k")
+					}
+					if err != nil && err != tierlimit.ErrClosed {
+						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
+					}
+					if err != nil && p != nil {
+						t.Errorf("call racing Close = %v with a non-nil permit %#v, want nil", err, p)
+						p = nil
+					}
+					if p != nil {
+						p.Release()
+						p.Release()
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
+		c.Close()
+		wg.Wait()
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close, want at most %d", n, before)
+	}
+}
+
+// The fleet: members are this test binary run again as OS processes
+// (TestPermitMember), each with 32 goroutines holding permits of one
+// key for 1-50 ms, each checking a counter in Redis the test owns.
+
+const memberEnv = "TIERLIMIT_CONCURRENCY_MEMBER"
+
+type memberSpec struct {
+	Addr     string
+	N        int64
+	TTL      time.Duration
+	Duration time.Duration
+	Hold     bool // hold N permits and sleep until killed
+}
+
+type memberReport struct {
+	Acquired, Over int64
+	Errors         []string
+}
+
+func TestPermitMember(t *testing.T) {
+	raw := os.Getenv(memberEnv)
+	if raw == "" {
+		t.Skip("run as a fleet member only")
+	}
+	var spec memberSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
+	opts := []ConcurrencyOption{}
+	if spec.TTL != 0 {
+		opts = append(opts, WithPermitTTL(spec.TTL))
+	}
+	c, err := NewConcurrency(rdb, spec.N, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Hold {
+		for range spec.N {
+			if _, ok, err := c.TryAcquire(context.Background(), "k"); !ok || err != nil {
+				t.Fatalf("TryAcquire = %v, %v", ok, err)
+			}
+		}
+		fmt.Println("held")
+		time.Sleep(time.Minute)
+	}
+	rep := runMember(c, rdb, spec.N, spec.Duration)
+	c.Close()
+	out, _ := json.Marshal(rep)
+	fmt.Println(string(out))
+}
+
+// runMember runs 32 goroutines on c until d has passed.
+func runMember(c tierlimit.Concurrency, rdb *redis.Client, n int64, d time.Duration) memberReport {
+	var rep memberReport
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10_000 && time.Now().Before(end); i++ {
+				ctx, cancel := context.WithDeadline(context.Background(), end)
+				p, err := c.Acquire(ctx, "k")
+				cancel()
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						mu.Lock()
+						rep.Errors = append(rep.Errors, err.Error())
+						mu.Unlock()
+					}
+					return
+				}
+				in := rdb.Incr(context.Background(), "inflight").Val()
+				mu.Lock()
+				rep.Acquired++
+				if in > n {
+					rep.Over++
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(1+rand.N(50)) * time.Millisecond)
+				rdb.Decr(context.Background(), "inflight")
+				p.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	return rep
+}
+
+// startMember runs this binary as a fleet member.
+func startMember(t *testing.T, spec memberSpec) *exec.Cmd {
+	t.Helper()
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPermitMember$", "-test.v")
+	cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+func TestPermitFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		n int64
+		d time.Duration
+	}{{1, 2 * time.Second}, {5, 3 * time.Second}} {
+		t.Run(fmt.Sprint(tt.n), func(t *testing.T) {
+			srv.Client(t).Del(context.Background(), "inflight")
+			spec := memberSpec{Addr: srv.Client(t).Options().Addr, N: tt.n, Duration: tt.d}
+			var wg sync.WaitGroup
+			reports := make([]memberReport, 3)
+			for i := range reports {
+				cmd := startMember(t, spec)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out, err := cmd.Output()
+					if err != nil {
+						t.Errorf("member %d: %v", i, err)
+						return
+					}
+					reports[i] = lastReport(t, out)
+				}()
+			}
+			wg.Wait()
+			var acquired int64
+			for i, r := range reports {
+				if r.Over != 0 || len(r.Errors) != 0 {
+					t.Errorf("member %d: %d acquisitions found more than %d in flight, errors %v; want none", i, r.Over, tt.n, r.Errors)
+				}
+				acquired += r.Acquired
+			}
+			// n permits held 25.5 ms on average: about 39·n a second if no
+			// time is lost between holders.
+			if min := 10 * tt.n * int64(tt.d/time.Second); acquired < min {
+				t.Errorf("fleet acquired %d permits in %v, want at least %d", acquired, tt.d, min)
+			}
+			t.Logf("fleet acquired %d permits of N = %d in %v", acquired, tt.n, tt.d)
+		})
+	}
+}
+
+// lastReport decodes a member's report, its last line that is JSON.
+func lastReport(t *testing.T, out []byte) memberReport {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		var r memberReport
+		if json.Unmarshal([]byte(lines[i]), &r) == nil {
+			return r
+		}
+	}
+	t.Fatalf("member printed no report: %s", out)
+	return memberReport{}
+}
+
+// TestPermitKilledHolder: a SIGKILLed holder's permits are free within
+// TTL plus one renewal interval.
+func TestPermitKilledHolder(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const n, ttl = 3, 300 * time.Millisecond
+	cmd := startMember(t, memberSpec{Addr: rdb.Options().Addr, N: n, TTL: ttl, Hold: true})
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill() // on every path: it would sleep a minute
+	lines := bufio.NewScanner(out)
+	for lines.Scan() && lines.Text() != "held" {
+	}
+	if lines.Text() != "held" {
+		cmd.Process.Kill()
+		t.Fatalf("member said %q, want held", lines.Text())
+	}
+	c, _ := NewConcurrency(rdb, n, WithPermitTTL(ttl))
+	defer c.Close()
+	time.Sleep(ttl) // the member renews meanwhile
+	if _, ok, _ := c.TryAcquire(context.Background(), "k"); ok {
+		t.Fatal("TryAcquire while the member holds every permit = true, want false")
+	}
+	cmd.Process.Kill()
+	killed := time.Now()
+	cmd.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range n {
+		if _, err := c.Acquire(ctx, "k"); err != nil {
+			t.Fatalf("Acquire %d after the kill: %v", i, err)
+		}
+	}
+	if d, bound := time.Since(killed), ttl+ttl/3+100*time.Millisecond; d > bound {
+		t.Errorf("the killed holder's %d permits were free after %v, want within %v (TTL + a renewal + 100 ms)", n, d, bound)
+	} else {
+		t.Logf("free %v after the kill", d)
+	}
+}
+
+// TestPermitCluster: on a Redis Cluster, keys of any bytes take permits
+// (one key's state on one slot), and renewals, one pipeline over every
+// node, keep them past their TTL.
+func TestPermitCluster(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.StartCluster(t).Client(t)
+	const ttl = 90 * time.Millisecond
+	a, err := NewConcurrency(rdb, 1, WithPermitTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, _ := NewConcurrency(rdb, 1, WithPermitTTL(ttl))
+	defer b.Close()
+	keys := []string{"a", "{b}", "c}{", "d:e", "\xff\x00", "f", "g", "h"}
+	for _, k := range keys {
+		if _, ok, err := a.TryAcquire(ctx, k); !ok || err != nil {
+			t.Fatalf("TryAcquire(%q) = %v, %v; want true, nil", k, ok, err)
+		}
+	}
+	time.Sleep(3 * ttl)
+	for _, k := range keys {
+		if _, ok, err := b.TryAcquire(ctx, k); ok || err != nil {
+			t.Errorf("TryAcquire(%q) of a renewed permit = %v, %v; want false, nil", k, ok, err)
+		}
+	}
+	if s := a.Stats(); s.Expired != 0 {
+		t.Errorf("Stats().Expired = %d, want 0: renewals kept every permit", s.Expired)
+	}
+}
+
+// TestPermitMisconfigured: a Redis that refuses the script is an error
+// wrapping ErrMisconfigured.
+func TestPermitMisconfigured(t *testing.T) {
+	ctx := context.Background()
+	admin := redistest.Start(t).Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noeval", "on", "nopass", "~*", "+@all", "-evalsha", "-eval").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "noeval", Password: "any"})
+	defer rdb.Close()
+	c, _ := NewConcurrency(rdb, 2)
+	defer c.Close()
+	if _, ok, err := c.TryAcquire(ctx, "k"); ok || !errors.Is(err, tierlimit.ErrMisconfigured) || !strings.HasPrefix(err.Error(), "remote: ") {
+		t.Errorf("TryAcquire = %v, %v; want false, remote: ErrMisconfigured", ok, err)
+	}
+	if p, err := c.Acquire(ctx, "k"); p != nil || !errors.Is(err, tierlimit.ErrMisconfigured) {
+		t.Errorf("Acquire = %v, %v; want nil, ErrMisconfigured", p, err)
+	}
+}
+
+// BenchmarkPermit is TryAcquire and Release on one key, and reports the
+// Redis round trips each pair made.
+func BenchmarkPermit(b *testing.B) {
+	ctx := context.Background()
+	rdb := redistest.Start(b).Client(b)
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	c, _ := NewConcurrency(rdb, 1<<20)
+	defer c.Close()
+	b.ReportAllocs()
+	before := calls.n.Load()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p, ok, err := c.TryAcquire(ctx, "k")
+			if !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			p.Release()
+		}
+	})
+	b.ReportMetric(float64(calls.n.Load()-before)/float64(b.N), "calls/op")
+}
+
+func TestPermitObserver(t *testing.T) {
+	var mu sync.Mutex
+	var got []tierlimit.PermitDecision
+	o := &tierlimit.Observer{Permit: func(d tierlimit.PermitDecision) { mu.Lock(); got = append(got, d); mu.Unlock() }}
+	_, rdb := redistest.Mini(t)
+	c, _ := NewConcurrency(rdb, 1, WithPermitObserver(o))
+	defer c.Close()
+	ctx := context.Background()
+	c.TryAcquire(ctx, "k")
+	c.TryAcquire(ctx, "k")
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	c.Acquire(short, "k")
+	want := []bool{true, false, false}
+	if len(got) != len(want) {
+		t.Fatalf("observer got %d decisions, want %d", len(got), len(want))
+	}
+	for i, d := range got {
+		if d.Acquired != want[i] || d.Source != tierlimit.SourceRemote || (d.Waited > 0) != (i == 2) {
+			t.Errorf("decision %d = %+v, want Acquired %v, SourceRemote", i, d, want[i])
+		}
+	}
+}
+
+// TestPermitRenewalRoundTrips: a renewal tick renews every permit held,
+// over many keys, in one round trip.
+func TestPermitRenewalRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	const ttl = 300 * time.Millisecond // a tick every 100 ms
+	c, _ := NewConcurrency(rdb, 3, WithPermitTTL(ttl))
+	defer c.Close()
+	for i := range 20 {
+		for range 2 {
+			if _, ok, err := c.TryAcquire(ctx, fmt.Sprint("k", i)); !ok || err != nil {
+				t.Fatalf("TryAcquire = %v, %v", ok, err)
+			}
+		}
+	}
+	before := calls.n.Load()
+	time.Sleep(5 * ttl / 3) // 5 ticks
+	got := calls.n.Load() - before
+	if got < 4 || got > 6 {
+		t.Errorf("%d round trips over 5 renewal ticks of 40 permits on 20 keys, want 4 to 6 (one per tick)", got)
+	}
+	if s := c.Stats(); s.Expired != 0 {
+		t.Errorf("Stats().Expired = %d, want 0", s.Expired)
+	}
+}
