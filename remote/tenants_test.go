@@ -22,6 +22,7 @@ type tenant interface {
 	AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error)
 	WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error)
 	Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error)
+	AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error)
 	LimitFor(key string) (tierlimit.Limit, error)
 	engine() *store.Limiter
 }
