@@ -5,6 +5,7 @@ package tierlimit_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,16 +83,20 @@ func TestDebtEveryTier(t *testing.T) {
 		t.Skip("runs 10 s")
 	}
 	srv := redistest.Start(t)
-	for _, tr := range tiers {
+	for i, tr := range tiers {
 		if tr.window {
 			continue // the windows keep no debt (their Settle stops at empty)
 		}
+		// Each tier its own keys: hybrid's ledger is a token bucket's
+		// state, which remote's token bucket under the same prefix would
+		// share.
+		prefix := fmt.Sprintf("debt%d:", i)
 		t.Run(tr.name, func(t *testing.T) {
 			t.Parallel()
 			// A bucket of one request's use: every Settle finds it empty, as a
 			// caller who comes back when told finds it.
 			lim := tierlimit.PerSecond(40).WithBurst(overrunUsed)
-			l := tr.open(t, srv.Client(t), lim, tierOptions{prefix: "debt:"})
+			l := tr.open(t, srv.Client(t), lim, tierOptions{prefix: prefix})
 			const goroutines = 1
 			ctx := context.Background()
 			start := time.Now()
