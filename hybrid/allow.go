@@ -142,7 +142,7 @@ func (l *limiter) inProcess(key string, h uint64, n, most int64) (tierlimit.Resu
 				return tierlimit.Result{}, 0, false
 			}
 		}
-		if !l.enough(e, n, most) {
+		if most != n && !l.enough(e, n, most) { // AllowN's decision calls nothing more
 			return tierlimit.Result{}, 0, false
 		}
 		if res, got, ok := l.spend(e, n, most, tierlimit.SourceLocal); ok {
