@@ -3,7 +3,6 @@ package hybrid
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,13 +24,6 @@ const (
 	// DefaultPermitIdle is the window over which an instance measures a
 	// key's use of its block: what it did not use goes back to Redis.
 	DefaultPermitIdle = 500 * time.Millisecond
-)
-
-// Acquire's polling while a key has no permit free: the first wait and the
-// longest, each drawn at random between half and all of the bound.
-const (
-	permitPollFirst = 2 * time.Millisecond
-	permitPollMax   = 50 * time.Millisecond
 )
 
 // Concurrency limits how many requests per key are in flight at once
@@ -290,39 +282,13 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	if err != nil {
 		return nil, err
 	}
-	if p, src, err := c.try(ctx, key, n); err != nil {
-		return nil, err
-	} else if p != nil {
-		permit.Report(c.onPermit, true, src, 0)
-		return p, nil
-	}
-	start := time.Now()
-	woken := c.queue.Join(key)
-	defer c.queue.Leave(key, woken)
-	c.stats.Waiting.Add(1)
-	defer c.stats.Waiting.Add(-1)
-	bound := permitPollFirst
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		timer.Reset(bound/2 + rand.N(bound/2+1))
-		bound = min(2*bound, permitPollMax)
-		select {
-		case <-woken:
-		case <-timer.C:
-		case <-ctx.Done():
-			permit.Report(c.onPermit, false, tierlimit.SourceRemote, time.Since(start))
-			return nil, ctx.Err()
-		case <-c.done:
-			return nil, tierlimit.ErrClosed
+	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, tierlimit.Source, error) {
+		p, src, err := c.try(ctx, key, n)
+		if p == nil {
+			return nil, src, err // not a nil *hybridPermit in the interface
 		}
-		if p, src, err := c.try(ctx, key, n); err != nil {
-			return nil, err
-		} else if p != nil {
-			permit.Report(c.onPermit, true, src, time.Since(start))
-			return p, nil
-		}
-	}
+		return p, src, err
+	})
 }
 
 // Close stops the instance's background work, gives its unused permits

@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,13 +32,6 @@ const (
 // context deadlines (go-redis's ContextTimeoutEnabled); others wait up to
 // their ReadTimeout.
 const releaseTimeout = time.Second
-
-// Acquire's polling: the first wait, the longest, each drawn at random
-// between half and all of the current bound, which doubles per try.
-const (
-	pollFirst = 2 * time.Millisecond
-	pollMax   = 50 * time.Millisecond
-)
 
 // Concurrency limits how many requests per key are in flight at once
 // across every process that shares its Redis and prefix: at most N permits
@@ -222,37 +214,13 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	if err != nil {
 		return nil, err
 	}
-	woken := c.queue.Join(key)
-	defer c.queue.Leave(key, woken)
-	c.stats.Waiting.Add(1)
-	defer c.stats.Waiting.Add(-1)
-	bound := pollFirst
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	start := time.Now()
-	var waited time.Duration // 0 for a permit free at once
-	for {
+	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, tierlimit.Source, error) {
 		p, err := c.try(ctx, key, n)
-		if err != nil {
-			return nil, err
+		if p == nil {
+			return nil, tierlimit.SourceRemote, err // not a nil *permit in the interface
 		}
-		if p != nil {
-			permit.Report(c.onPermit, true, tierlimit.SourceRemote, waited)
-			return p, nil
-		}
-		timer.Reset(bound/2 + rand.N(bound/2+1))
-		bound = min(2*bound, pollMax)
-		select {
-		case <-woken:
-		case <-timer.C:
-		case <-ctx.Done():
-			permit.Report(c.onPermit, false, tierlimit.SourceRemote, time.Since(start))
-			return nil, ctx.Err()
-		case <-c.done:
-			return nil, tierlimit.ErrClosed
-		}
-		waited = time.Since(start)
-	}
+		return p, tierlimit.SourceRemote, err
+	})
 }
 
 // Close stops renewing permits and makes every later call, and every

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/permit"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
@@ -228,8 +229,8 @@ func TestPermitWake(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the waiter's poll reaches its bound
 	released := time.Now()
 	p.Release()
-	if d := (<-got).Sub(released); d > pollMax/2 {
-		t.Errorf("waiter admitted %v after the Release, want under %v", d, pollMax/2)
+	if d := (<-got).Sub(released); d > permit.PollMax/2 {
+		t.Errorf("waiter admitted %v after the Release, want under %v", d, permit.PollMax/2)
 	}
 }
 

@@ -8,6 +8,7 @@ package permit
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,5 +139,56 @@ func (q *Queue) Wake(key string) {
 func Report(f func(tierlimit.PermitDecision), acquired bool, src tierlimit.Source, waited time.Duration) {
 	if f != nil {
 		f(tierlimit.PermitDecision{Acquired: acquired, Source: src, Waited: waited})
+	}
+}
+
+// The polling of a waiter whose key has no permit free in Redis: the first
+// wait and the longest, each drawn at random between half and all of the
+// bound, the bound doubling from the first to the longest (PollMax).
+const (
+	pollFirst = 2 * time.Millisecond
+	PollMax   = 50 * time.Millisecond
+)
+
+// Poll is remote's and hybrid's Acquire: it calls try at once, then, as a
+// waiter of key in q (counted in s.Waiting), again at each wake-up (a
+// permit given back in this process) and each poll, until try returns a
+// permit or an error, ctx ends (its error) or done closes
+// (tierlimit.ErrClosed). It reports the outcome to onPermit (nil: none)
+// with the time waited: 0 for a permit free at once.
+func (q *Queue) Poll(ctx context.Context, key string, s *Stats, done <-chan struct{}, onPermit func(tierlimit.PermitDecision),
+	try func() (tierlimit.Permit, tierlimit.Source, error)) (tierlimit.Permit, error) {
+	if p, src, err := try(); err != nil || p != nil {
+		if p != nil {
+			Report(onPermit, true, src, 0)
+		}
+		return p, err
+	}
+	start := time.Now()
+	woken := q.Join(key)
+	defer q.Leave(key, woken)
+	s.Waiting.Add(1)
+	defer s.Waiting.Add(-1)
+	bound := pollFirst
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(bound/2 + rand.N(bound/2+1))
+		bound = min(2*bound, PollMax)
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-ctx.Done():
+			Report(onPermit, false, tierlimit.SourceRemote, time.Since(start))
+			return nil, ctx.Err()
+		case <-done:
+			return nil, tierlimit.ErrClosed
+		}
+		if p, src, err := try(); err != nil || p != nil {
+			if p != nil {
+				Report(onPermit, true, src, time.Since(start))
+			}
+			return p, err
+		}
 	}
 }
