@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func TestSlab(t *testing.T) {
+func TestPermitSlab(t *testing.T) {
 	var s Slab[string]
 	i, g := s.Put("a")
 	if _, ok := s.Take(i, g+1); ok {
@@ -32,9 +32,9 @@ func TestSlab(t *testing.T) {
 	}
 }
 
-// TestSlabBounded: the records follow the permits out, down as well as up,
+// TestPermitSlabBounded: the records follow the permits out, down as well as up,
 // and generations never repeat across records dropped and made again.
-func TestSlabBounded(t *testing.T) {
+func TestPermitSlabBounded(t *testing.T) {
 	var s Slab[int]
 	type rec struct {
 		i uint32
