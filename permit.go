@@ -6,12 +6,41 @@ import (
 )
 
 // Permit is one request's place among a key's concurrent requests, given
-// by a Concurrency limiter's Acquire or TryAcquire. Release gives it back.
-// Release is idempotent, and harmless after the permit's TTL has passed or
-// after the limiter's Close. A Permit is safe for concurrent use.
-type Permit interface {
-	Release()
+// by a Concurrency limiter's Acquire or TryAcquire, by value: getting one
+// allocates nothing. Release gives it back. Release is idempotent,
+// harmless on the zero Permit, after the permit's TTL has passed and after
+// the limiter's Close, and a copy's Release after the permit was released
+// never releases a later holder's permit. A Permit may be copied; its
+// Release is safe for concurrent use.
+type Permit struct {
+	r       PermitReleaser
+	id, gen uint64
 }
+
+// PermitReleaser gives back the permits of a Concurrency limiter: it is
+// what NewPermit's permits call.
+type PermitReleaser interface {
+	// ReleasePermit gives back permit id if gen is its current generation,
+	// and does nothing otherwise (a permit released already, or expired,
+	// whose id may now be another holder's with a later generation).
+	ReleasePermit(id, gen uint64)
+}
+
+// NewPermit returns a Permit whose Release calls r.ReleasePermit(id, gen),
+// for implementations of Concurrency. A nil r makes the zero Permit.
+func NewPermit(r PermitReleaser, id, gen uint64) Permit {
+	return Permit{r: r, id: id, gen: gen}
+}
+
+// Release gives the permit back (see Permit).
+func (p Permit) Release() {
+	if p.r != nil {
+		p.r.ReleasePermit(p.id, p.gen)
+	}
+}
+
+// Valid reports whether p is a permit, not the zero Permit.
+func (p Permit) Valid() bool { return p.r != nil }
 
 // Concurrency limits how many requests per key are in flight at once (a
 // concurrent-requests limiter): at most N permits of a key are held at any

@@ -34,9 +34,9 @@ func WithConcurrency(c tierlimit.Concurrency) Option {
 	})
 }
 
-// permit returns a permit of the concurrency limiter for the call, nil if
-// the call goes on without one (exempt, shadow, failing open), or the
-// status error refusing the call.
+// permit returns a permit of the concurrency limiter for the call, the
+// zero Permit (whose Release does nothing) if the call goes on without one
+// (exempt, shadow, failing open), or the status error refusing the call.
 func (in *Interceptor) permit(ctx context.Context, method string) (tierlimit.Permit, error) {
 	var key string
 	ok := true
@@ -46,7 +46,7 @@ func (in *Interceptor) permit(ctx context.Context, method string) (tierlimit.Per
 		key = in.clientIP(ctx)
 	}
 	if !ok || key == "" {
-		return nil, nil
+		return tierlimit.Permit{}, nil
 	}
 	p, ok, err := in.conc.TryAcquire(ctx, chain.ShortKey(key))
 	switch {
@@ -57,14 +57,14 @@ func (in *Interceptor) permit(ctx context.Context, method string) (tierlimit.Per
 			in.report(ctx, method, fmt.Errorf("grpclimit: concurrency: call refused, no valid number of permits for its key: %w", err))
 		}
 		if in.shadow {
-			return nil, nil
+			return tierlimit.Permit{}, nil
 		}
-		return nil, status.Error(codes.ResourceExhausted, "grpclimit: too many calls in flight")
+		return tierlimit.Permit{}, status.Error(codes.ResourceExhausted, "grpclimit: too many calls in flight")
 	default:
 		in.report(ctx, method, fmt.Errorf("grpclimit: concurrency: %w", err))
 		if in.failClosed && !in.shadow {
-			return nil, unavailable(concurrencyPolicy)
+			return tierlimit.Permit{}, unavailable(concurrencyPolicy)
 		}
-		return nil, nil
+		return tierlimit.Permit{}, nil
 	}
 }

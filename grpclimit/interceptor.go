@@ -128,9 +128,7 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 			if err != nil {
 				return nil, err
 			}
-			if p != nil {
-				defer p.Release()
-			}
+			defer p.Release()
 		}
 		return handler(ctx, req)
 	}
@@ -149,9 +147,7 @@ func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 			if err != nil {
 				return err
 			}
-			if p != nil {
-				defer p.Release()
-			}
+			defer p.Release()
 		}
 		if len(in.messages) > 0 {
 			ss = &messageStream{ServerStream: ss, in: in, method: info.FullMethod}

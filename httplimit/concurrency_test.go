@@ -15,10 +15,10 @@ import (
 type failingConc struct{}
 
 func (failingConc) Acquire(context.Context, string) (tierlimit.Permit, error) {
-	return nil, errors.New("backend down")
+	return tierlimit.Permit{}, errors.New("backend down")
 }
 func (failingConc) TryAcquire(context.Context, string) (tierlimit.Permit, bool, error) {
-	return nil, false, errors.New("backend down")
+	return tierlimit.Permit{}, false, errors.New("backend down")
 }
 
 func TestWithConcurrency(t *testing.T) {

@@ -63,6 +63,7 @@ type Concurrency struct {
 	// (BenchmarkPermit).
 	mu       sync.Mutex
 	keys     map[string]*concKey
+	out      permit.Slab[*concKey] // the permits out: a permit's id is its index here
 	closed   bool
 	acquired int64
 	inUse    int64
@@ -76,7 +77,6 @@ type Concurrency struct {
 
 // concKey is one key's permits in this instance.
 type concKey struct {
-	c      *Concurrency
 	key    string
 	rkeys  []string  // store.PermitKeys
 	out    int64     // permits given out and not yet released
@@ -219,25 +219,25 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	return c, nil
 }
 
-// hybridPermit is a permit of a hybrid Concurrency: as small as it can be,
-// one allocation per permit (BenchmarkPermit).
-type hybridPermit struct {
-	k        *concKey
-	released bool // under k.c.mu
-}
+// permits is a Concurrency as its permits' releaser: ReleasePermit is
+// not part of Concurrency's API.
+type permits Concurrency
 
-// Release gives the permit back to its instance, without a Redis call:
-// to a waiter in process, or to the block, which goes back to Redis once
-// unused for WithPermitIdle.
-func (p *hybridPermit) Release() {
-	k := p.k
-	c := k.c
+// ReleasePermit gives permit (id, gen) back to its instance, without a
+// Redis call: to a waiter in process, or to the block, which goes back to
+// Redis once unused for WithPermitIdle. A generation not the record's
+// (released already) does nothing.
+func (r *permits) ReleasePermit(id, gen uint64) {
+	c := (*Concurrency)(r)
+	if id > 1<<32-1 {
+		return
+	}
 	c.mu.Lock()
-	if p.released {
+	k, ok := c.out.Take(uint32(id), gen)
+	if !ok {
 		c.mu.Unlock()
 		return
 	}
-	p.released = true
 	k.out--
 	c.inUse--
 	wake := k.out < k.block && c.stats.Waiting.Load() > 0
@@ -258,18 +258,17 @@ func (p *hybridPermit) Release() {
 func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Permit, bool, error) {
 	n, err := c.check(ctx, key)
 	if err != nil {
-		return nil, false, err
+		return tierlimit.Permit{}, false, err
 	}
-	p, src, err := c.try(ctx, key, n)
+	p, ok, src, err := c.try(ctx, key, n)
 	if err != nil {
-		return nil, false, err
+		return tierlimit.Permit{}, false, err
 	}
-	permit.Report(c.onPermit, p != nil, src, 0)
-	if p == nil {
+	permit.Report(c.onPermit, ok, src, 0)
+	if !ok {
 		c.stats.Refused.Add(1)
-		return nil, false, nil
 	}
-	return p, true, nil
+	return p, ok, nil
 }
 
 // Acquire returns a permit of key, waiting for one until ctx is done: at
@@ -280,14 +279,10 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit, error) {
 	n, err := c.check(ctx, key)
 	if err != nil {
-		return nil, err
+		return tierlimit.Permit{}, err
 	}
-	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, tierlimit.Source, error) {
-		p, src, err := c.try(ctx, key, n)
-		if p == nil {
-			return nil, src, err // not a nil *hybridPermit in the interface
-		}
-		return p, src, err
+	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, bool, tierlimit.Source, error) {
+		return c.try(ctx, key, n)
 	})
 }
 
@@ -364,17 +359,17 @@ func (c *Concurrency) share(n int64) int64 {
 }
 
 // try gives a permit of key from the block, else from a new lease, else
-// (Redis down) from the share; nil if none.
-func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPermit, tierlimit.Source, error) {
+// (Redis down) from the share; ok false if none.
+func (c *Concurrency) try(ctx context.Context, key string, n int64) (p tierlimit.Permit, ok bool, src tierlimit.Source, err error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, 0, tierlimit.ErrClosed
+		return p, false, 0, tierlimit.ErrClosed
 	}
 	k := c.entry(key)
 	k.n = n
-	if p, fallback := c.take(key, k, n); p != nil {
-		return p, source(fallback, tierlimit.SourceLocal), nil
+	if p, ok, fallback := c.take(key, k, n); ok {
+		return p, true, source(fallback, tierlimit.SourceLocal), nil
 	}
 	cl := k.claim
 	if cl == nil {
@@ -393,19 +388,19 @@ func (c *Concurrency) try(ctx context.Context, key string, n int64) (*hybridPerm
 	// The claim's end may have forgotten the entry: a new one is the key's
 	// only record now.
 	k = c.entry(key)
-	if p, fallback := c.take(key, k, n); p != nil {
-		return p, source(fallback, tierlimit.SourceRemote), nil
+	if p, ok, fallback := c.take(key, k, n); ok {
+		return p, true, source(fallback, tierlimit.SourceRemote), nil
 	}
 	c.forget(key, k)
 	c.mu.Unlock()
 	select {
 	case <-cl.done:
 		if tierlimit.Misconfigured(cl.err) {
-			return nil, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, cl.err)
+			return p, false, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, cl.err)
 		}
 	default:
 	}
-	return nil, tierlimit.SourceRemote, nil
+	return p, false, tierlimit.SourceRemote, nil
 }
 
 // source is a permit's source: SourceFallback for one from the share, else
@@ -423,7 +418,7 @@ func source(fallback bool, src tierlimit.Source) tierlimit.Source {
 func (c *Concurrency) entry(key string) *concKey {
 	k := c.keys[key]
 	if k == nil {
-		k = &concKey{c: c, key: key, rkeys: store.PermitKeys(c.cfg.prefix, key)}
+		k = &concKey{key: key, rkeys: store.PermitKeys(c.cfg.prefix, key)}
 		c.keys[key] = k
 	}
 	return k
@@ -440,13 +435,13 @@ func (c *Concurrency) forget(key string, k *concKey) {
 // take gives a permit of k from its block or, while Redis is down, from
 // the instance's share. It is called with c.mu held, and releases it when
 // it returns a permit.
-func (c *Concurrency) take(key string, k *concKey, n int64) (p *hybridPermit, fallback bool) {
+func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit, ok, fallback bool) {
 	switch {
 	case k.out < k.block:
 	case c.guard.Down() && k.out < max(k.block, c.share(n)):
 		fallback = true
 	default:
-		return nil, false
+		return p, false, false
 	}
 	k.out++
 	k.peak = max(k.peak, k.out)
@@ -455,8 +450,9 @@ func (c *Concurrency) take(key string, k *concKey, n int64) (p *hybridPermit, fa
 	if fallback {
 		c.fallback++
 	}
+	idx, gen := c.out.Put(k)
 	c.mu.Unlock()
-	return &hybridPermit{k: k}, fallback
+	return tierlimit.NewPermit((*permits)(c), uint64(idx), gen), true, fallback
 }
 
 // startClaim starts a call that leases one more permit of k than it has

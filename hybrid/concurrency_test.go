@@ -206,15 +206,15 @@ func TestPermitCloseRace(t *testing.T) {
 					if err != nil && err != tierlimit.ErrClosed {
 						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
 					}
-					if err != nil && p != nil {
-						t.Errorf("call racing Close = %v with a non-nil permit %#v, want nil", err, p)
-						p = nil
+					if err != nil && p.Valid() {
+						t.Errorf("call racing Close = %v with a permit %#v, want the zero Permit", err, p)
+						p = tierlimit.Permit{}
 					}
-					if p != nil && j == 19 {
+					if p.Valid() && j == 19 {
 						mu.Lock()
 						late = append(late, p)
 						mu.Unlock()
-					} else if p != nil {
+					} else if p.Valid() {
 						p.Release()
 						p.Release()
 					}
@@ -297,7 +297,7 @@ func TestPermitOutage(t *testing.T) {
 						if err != nil {
 							t.Fatalf("TryAcquire with Redis down = %v, want no error", err)
 						}
-						if p != nil {
+						if p.Valid() {
 							p.Release()
 						}
 					}
@@ -402,14 +402,14 @@ func loadOutage(t *testing.T, cs []*Concurrency, d time.Duration) ([]int64, [][]
 					mu.Lock()
 					peaks[i] = max(peaks[i], cur)
 					mu.Unlock()
-					if last != nil {
+					if last.Valid() {
 						in.Add(-1)
 						last.Release()
 					}
 					last = p
 					time.Sleep(time.Duration(1+rand.N(20)) * time.Millisecond)
 				}
-				if last != nil {
+				if last.Valid() {
 					mu.Lock()
 					held[i] = append(held[i], last)
 					mu.Unlock()

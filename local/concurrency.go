@@ -41,11 +41,12 @@ const concShards = 64
 type concShard struct {
 	mu    sync.Mutex
 	keys  map[string]*concKey
-	spare *concKey // the last entry forgotten, for the next new key: a warm key that comes and goes allocates none (BenchmarkPermit)
+	slab  permit.Slab[string] // the permits out, by key: a permit's id is its shard and its index here
+	spare *concKey            // the last entry forgotten, for the next new key: a warm key that comes and goes allocates none (BenchmarkPermit)
 	// The shard's counters, under mu, which their updates hold anyway:
 	// shared atomics would be contended cache lines (BenchmarkPermit).
 	acquired, inUse int64
-	_               [24]byte // a shard per cache line
+	_               [32]byte // a shard per two cache lines
 }
 
 // concKey is one key's permits: how many are out and who waits, oldest
@@ -136,19 +137,31 @@ func NewConcurrency(n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
 	return c, nil
 }
 
-// localPermit is a permit of a local Concurrency.
-type localPermit struct {
-	c        *Concurrency
-	key      string
-	released atomic.Bool
-}
+// permits is a Concurrency as its permits' releaser: ReleasePermit is
+// not part of Concurrency's API.
+type permits Concurrency
 
-// Release gives the permit back: to the key's longest waiter, if any.
-func (p *localPermit) Release() {
-	if p.released.Swap(true) {
+// ReleasePermit gives back permit (id, gen): to its key's longest waiter,
+// if any. A generation not the record's (released already) does nothing.
+func (r *permits) ReleasePermit(id, gen uint64) {
+	c := (*Concurrency)(r)
+	if id>>32 >= concShards {
 		return
 	}
-	p.c.release(p.key, false)
+	s := &c.shards[id>>32]
+	s.mu.Lock()
+	key, ok := s.slab.Take(uint32(id), gen)
+	if ok {
+		c.releaseLocked(s, key, false)
+	}
+	s.mu.Unlock()
+}
+
+// give records a permit of key out of shard i, s, and returns it. It is
+// called with s.mu held.
+func (c *Concurrency) give(i uint64, s *concShard, key string) tierlimit.Permit {
+	idx, gen := s.slab.Put(key)
+	return tierlimit.NewPermit((*permits)(c), i<<32|uint64(idx), gen)
 }
 
 // TryAcquire returns a permit of key if one is free, without waiting. It
@@ -159,9 +172,9 @@ func (p *localPermit) Release() {
 func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Permit, bool, error) {
 	n, err := c.check(ctx, key)
 	if err != nil {
-		return nil, false, err
+		return tierlimit.Permit{}, false, err
 	}
-	s := c.shard(key)
+	i, s := c.shard(key)
 	s.mu.Lock()
 	k := c.entry(s, key)
 	if k.out >= n || len(k.waiters) > 0 {
@@ -171,14 +184,15 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 		s.mu.Unlock()
 		c.stats.Refused.Add(1)
 		permit.Report(c.onPermit, false, tierlimit.SourceLocal, 0)
-		return nil, false, nil
+		return tierlimit.Permit{}, false, nil
 	}
 	k.out++
 	s.acquired++
 	s.inUse++
+	p := c.give(i, s, key)
 	s.mu.Unlock()
 	permit.Report(c.onPermit, true, tierlimit.SourceLocal, 0)
-	return &localPermit{c: c, key: key}, true, nil
+	return p, true, nil
 }
 
 // Acquire returns a permit of key, waiting its turn for one until ctx is
@@ -187,18 +201,19 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit, error) {
 	n, err := c.check(ctx, key)
 	if err != nil {
-		return nil, err
+		return tierlimit.Permit{}, err
 	}
-	s := c.shard(key)
+	i, s := c.shard(key)
 	s.mu.Lock()
 	k := c.entry(s, key)
 	if k.out < n && len(k.waiters) == 0 {
 		k.out++
 		s.acquired++
 		s.inUse++
+		p := c.give(i, s, key)
 		s.mu.Unlock()
 		permit.Report(c.onPermit, true, tierlimit.SourceLocal, 0)
-		return &localPermit{c: c, key: key}, nil
+		return p, nil
 	}
 	start := time.Now()
 	ch := make(chan struct{}, 1)
@@ -208,13 +223,16 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	defer c.stats.Waiting.Add(-1)
 	select {
 	case <-ch: // counted by the release that handed it over
+		s.mu.Lock()
+		p := c.give(i, s, key)
+		s.mu.Unlock()
 		permit.Report(c.onPermit, true, tierlimit.SourceLocal, time.Since(start))
-		return &localPermit{c: c, key: key}, nil
+		return p, nil
 	case <-ctx.Done():
 		permit.Report(c.onPermit, false, tierlimit.SourceLocal, time.Since(start))
-		return nil, c.giveUp(key, ch, ctx.Err())
+		return tierlimit.Permit{}, c.giveUp(key, ch, ctx.Err())
 	case <-c.done:
-		return nil, c.giveUp(key, ch, tierlimit.ErrClosed)
+		return tierlimit.Permit{}, c.giveUp(key, ch, tierlimit.ErrClosed)
 	}
 }
 
@@ -233,7 +251,10 @@ func (c *Concurrency) Close() error {
 // handed to it meanwhile goes on to the next waiter.
 func (c *Concurrency) giveUp(key string, ch chan struct{}, err error) error {
 	if !c.leave(key, ch) {
-		c.release(key, true)
+		_, s := c.shard(key)
+		s.mu.Lock()
+		c.releaseLocked(s, key, true)
+		s.mu.Unlock()
 	}
 	return err
 }
@@ -264,18 +285,17 @@ func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
 	return n, check.Named("local", err)
 }
 
-func (c *Concurrency) shard(key string) *concShard {
-	return &c.shards[xxhash.Sum64String(key)%concShards]
+// shard returns key's shard and its index.
+func (c *Concurrency) shard(key string) (uint64, *concShard) {
+	i := xxhash.Sum64String(key) % concShards
+	return i, &c.shards[i]
 }
 
-// release gives back one permit of key: to its longest waiter, which then
-// holds it, or to the key, which is forgotten once nothing is out. undo
-// says the permit was handed to a waiter that gave up: it was never
-// acquired.
-func (c *Concurrency) release(key string, undo bool) {
-	s := c.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// releaseLocked gives back one permit of key, in shard s: to its longest
+// waiter, which then holds it, or to the key, which is forgotten once
+// nothing is out. undo says the permit was handed to a waiter that gave
+// up: it was never acquired. It is called with s.mu held.
+func (c *Concurrency) releaseLocked(s *concShard, key string, undo bool) {
 	s.inUse--
 	if undo {
 		s.acquired--
@@ -301,7 +321,7 @@ func (c *Concurrency) release(key string, undo bool) {
 // leave takes waiter ch out of key's queue and reports whether it was
 // there (false: a permit was handed to it meanwhile).
 func (c *Concurrency) leave(key string, ch chan struct{}) bool {
-	s := c.shard(key)
+	_, s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.keys[key]

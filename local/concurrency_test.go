@@ -274,8 +274,8 @@ func BenchmarkPermit(b *testing.B) {
 }
 
 func TestPermitShardSize(t *testing.T) {
-	if got := unsafe.Sizeof(concShard{}); got != 64 {
-		t.Errorf("unsafe.Sizeof(concShard{}) = %d, want 64 (a cache line)", got)
+	if got := unsafe.Sizeof(concShard{}); got != 128 {
+		t.Errorf("unsafe.Sizeof(concShard{}) = %d, want 128 (two cache lines)", got)
 	}
 }
 
@@ -327,11 +327,11 @@ func TestPermitCloseRace(t *testing.T) {
 					} else {
 						p, _, err = c.TryAcquire(ctx, "k")
 					}
-					if err != nil && err != tierlimit.ErrClosed || err != nil && p != nil {
+					if err != nil && err != tierlimit.ErrClosed || err != nil && p.Valid() {
 						t.Errorf("call racing Close = %v, %v; want nil or ErrClosed with no permit", p, err)
 						return
 					}
-					if p != nil {
+					if p.Valid() {
 						p.Release()
 						p.Release()
 					}

@@ -61,11 +61,15 @@ type Concurrency struct {
 
 	mu     sync.Mutex
 	held   map[string]*heldKey // by user key: the permits to renew
+	out    permit.Slab[held]   // the permits out: a permit's id is its index here
 	closed bool
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 }
+
+// held is a permit out: its key and its holder id in Redis.
+type held struct{ key, holder string }
 
 // heldKey is one key's permits this limiter holds.
 type heldKey struct {
@@ -163,23 +167,26 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	return c, nil
 }
 
-// remotePermit is one permit: a holder in its key's Redis state.
-type remotePermit struct {
-	c        *Concurrency
-	key      string
-	holder   string
-	released atomic.Bool
-}
+// permits is a Concurrency as its permits' releaser: ReleasePermit is
+// not part of Concurrency's API.
+type permits Concurrency
 
-// Release gives the permit back to Redis in one call (bounded by a second,
-// or the TTL if shorter, when the client honours context deadlines), then
-// wakes the key's longest waiter in this process. If that call fails,
-// the permit expires within its TTL, no longer renewed.
-func (p *remotePermit) Release() {
-	if p.released.Swap(true) {
+// ReleasePermit gives permit (id, gen) back to Redis in one call (bounded
+// by a second, or the TTL if shorter, when the client honours context
+// deadlines), then wakes the key's longest waiter in this process. If that
+// call fails, the permit expires within its TTL, no longer renewed. A
+// generation not the record's (released already) does nothing.
+func (r *permits) ReleasePermit(id, gen uint64) {
+	c := (*Concurrency)(r)
+	if id > 1<<32-1 {
 		return
 	}
-	p.c.release(p)
+	c.mu.Lock()
+	p, ok := c.out.Take(uint32(id), gen)
+	c.mu.Unlock()
+	if ok {
+		c.release(p)
+	}
 }
 
 // TryAcquire returns a permit of key if fewer than its number are held,
@@ -190,18 +197,17 @@ func (p *remotePermit) Release() {
 func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Permit, bool, error) {
 	n, err := c.check(ctx, key)
 	if err != nil {
-		return nil, false, err
+		return tierlimit.Permit{}, false, err
 	}
-	p, err := c.try(ctx, key, n)
+	p, ok, err := c.try(ctx, key, n)
 	if err != nil {
-		return nil, false, err
+		return tierlimit.Permit{}, false, err
 	}
-	permit.Report(c.onPermit, p != nil, tierlimit.SourceRemote, 0)
-	if p == nil {
+	permit.Report(c.onPermit, ok, tierlimit.SourceRemote, 0)
+	if !ok {
 		c.stats.Refused.Add(1)
-		return nil, false, nil
 	}
-	return p, true, nil
+	return p, ok, nil
 }
 
 // Acquire returns a permit of key, waiting for one until ctx is done: it
@@ -212,14 +218,11 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit, error) {
 	n, err := c.check(ctx, key)
 	if err != nil {
-		return nil, err
+		return tierlimit.Permit{}, err
 	}
-	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, tierlimit.Source, error) {
-		p, err := c.try(ctx, key, n)
-		if p == nil {
-			return nil, tierlimit.SourceRemote, err // not a nil *permit in the interface
-		}
-		return p, tierlimit.SourceRemote, err
+	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, bool, tierlimit.Source, error) {
+		p, ok, err := c.try(ctx, key, n)
+		return p, ok, tierlimit.SourceRemote, err
 	})
 }
 
@@ -261,16 +264,16 @@ func (c *Concurrency) isClosed() bool {
 	return c.closed
 }
 
-// try asks Redis for one permit of key: nil if none is free.
-func (c *Concurrency) try(ctx context.Context, key string, n int64) (*remotePermit, error) {
+// try asks Redis for one permit of key: ok false if none is free.
+func (c *Concurrency) try(ctx context.Context, key string, n int64) (p tierlimit.Permit, ok bool, err error) {
 	keys := store.PermitKeys(c.prefix, key)
 	holder := c.id + ":" + strconv.FormatUint(c.seq.Add(1), 36)
 	got, _, err := store.SetPermits(ctx, c.rdb, keys, holder, 1, n, c.ttl, false)
 	if err != nil {
-		return nil, c.redisErr(err)
+		return p, false, c.redisErr(err)
 	}
 	if got == 0 {
-		return nil, nil
+		return p, false, nil
 	}
 	c.mu.Lock()
 	h := c.held[key]
@@ -279,10 +282,11 @@ func (c *Concurrency) try(ctx context.Context, key string, n int64) (*remotePerm
 		c.held[key] = h
 	}
 	h.holders[holder] = struct{}{}
+	idx, gen := c.out.Put(held{key, holder})
 	c.mu.Unlock()
 	c.stats.Acquired.Add(1)
 	c.stats.InUse.Add(1)
-	return &remotePermit{c: c, key: key, holder: holder}, nil
+	return tierlimit.NewPermit((*permits)(c), uint64(idx), gen), true, nil
 }
 
 // redisErr names a Redis failure as the caller sees it.
@@ -295,7 +299,7 @@ func (c *Concurrency) redisErr(err error) error {
 
 // release takes p out of the renewals and gives it back to Redis, unless
 // its renewal found it expired.
-func (c *Concurrency) release(p *remotePermit) {
+func (c *Concurrency) release(p held) {
 	c.stats.InUse.Add(-1)
 	c.mu.Lock()
 	h := c.held[p.key]

@@ -259,11 +259,11 @@ func TestPermitCloseRace(t *testing.T) {
 					if err != nil && err != tierlimit.ErrClosed {
 						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
 					}
-					if err != nil && p != nil {
-						t.Errorf("call racing Close = %v with a non-nil permit %#v, want nil", err, p)
-						p = nil
+					if err != nil && p.Valid() {
+						t.Errorf("call racing Close = %v with a permit %#v, want the zero Permit", err, p)
+						p = tierlimit.Permit{}
 					}
-					if p != nil {
+					if p.Valid() {
 						p.Release()
 						p.Release()
 					}
@@ -528,7 +528,7 @@ func TestPermitMisconfigured(t *testing.T) {
 	if _, ok, err := c.TryAcquire(ctx, "k"); ok || !errors.Is(err, tierlimit.ErrMisconfigured) || !strings.HasPrefix(err.Error(), "remote: ") {
 		t.Errorf("TryAcquire = %v, %v; want false, remote: ErrMisconfigured", ok, err)
 	}
-	if p, err := c.Acquire(ctx, "k"); p != nil || !errors.Is(err, tierlimit.ErrMisconfigured) {
+	if p, err := c.Acquire(ctx, "k"); p.Valid() || !errors.Is(err, tierlimit.ErrMisconfigured) {
 		t.Errorf("Acquire = %v, %v; want nil, ErrMisconfigured", p, err)
 	}
 }

@@ -153,13 +153,13 @@ const (
 // Poll is remote's and hybrid's Acquire: it calls try at once, then, as a
 // waiter of key in q (counted in s.Waiting), again at each wake-up (a
 // permit given back in this process) and each poll, until try returns a
-// permit or an error, ctx ends (its error) or done closes
+// permit (ok) or an error, ctx ends (its error) or done closes
 // (tierlimit.ErrClosed). It reports the outcome to onPermit (nil: none)
 // with the time waited: 0 for a permit free at once.
 func (q *Queue) Poll(ctx context.Context, key string, s *Stats, done <-chan struct{}, onPermit func(tierlimit.PermitDecision),
-	try func() (tierlimit.Permit, tierlimit.Source, error)) (tierlimit.Permit, error) {
-	if p, src, err := try(); err != nil || p != nil {
-		if p != nil {
+	try func() (p tierlimit.Permit, ok bool, src tierlimit.Source, err error)) (tierlimit.Permit, error) {
+	if p, ok, src, err := try(); err != nil || ok {
+		if ok {
 			Report(onPermit, true, src, 0)
 		}
 		return p, err
@@ -180,12 +180,12 @@ func (q *Queue) Poll(ctx context.Context, key string, s *Stats, done <-chan stru
 		case <-timer.C:
 		case <-ctx.Done():
 			Report(onPermit, false, tierlimit.SourceRemote, time.Since(start))
-			return nil, ctx.Err()
+			return tierlimit.Permit{}, ctx.Err()
 		case <-done:
-			return nil, tierlimit.ErrClosed
+			return tierlimit.Permit{}, tierlimit.ErrClosed
 		}
-		if p, src, err := try(); err != nil || p != nil {
-			if p != nil {
+		if p, ok, src, err := try(); err != nil || ok {
+			if ok {
 				Report(onPermit, true, src, time.Since(start))
 			}
 			return p, err

@@ -1,0 +1,66 @@
+package hybrid
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tierlimit/tierlimit/internal/permit/permittest"
+	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/internal/store"
+)
+
+func TestPermitRelease(t *testing.T) {
+	c, err := NewConcurrency(redistest.Start(t).Client(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permittest.Release(t, c, "k")
+}
+
+// TestPermitReleaseExpired: a permit whose block Redis no longer holds
+// (its TTL passed, as far as the instance knows) is released in process
+// once, harmlessly.
+func TestPermitReleaseExpired(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c, _ := NewConcurrency(rdb, 2, WithPermitTTL(60*time.Millisecond))
+	defer c.Close()
+	p, ok, err := c.TryAcquire(ctx, "k")
+	if !ok || err != nil {
+		t.Fatalf("TryAcquire = %v, %v; want a permit", ok, err)
+	}
+	rdb.Del(ctx, store.PermitKeys(store.DefaultPrefix, "k")...)
+	for deadline := time.Now().Add(2 * time.Second); c.Stats().Expired == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal found the block gone")
+		}
+	}
+	p.Release()
+	p.Release()
+	if st := c.Stats(); st.InUse != 0 {
+		t.Errorf("Stats().InUse after Release of an expired permit = %d, want 0", st.InUse)
+	}
+}
+
+// TestPermitAllocs: a TryAcquire and Release on a warm key allocate
+// nothing.
+func TestPermitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
+	ctx := context.Background()
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 4)
+	defer c.Close()
+	f := func() {
+		p, ok, err := c.TryAcquire(ctx, "k")
+		if !ok || err != nil {
+			t.Fatalf("TryAcquire = %v, %v; want a permit", ok, err)
+		}
+		p.Release()
+	}
+	f()
+	if got := testing.AllocsPerRun(1000, f); got != 0 {
+		t.Errorf("TryAcquire+Release on a warm key: %v allocations, want 0", got)
+	}
+}
