@@ -36,9 +36,9 @@ const (
 // while held, and what goes unused for WithPermitIdle goes back.
 //
 // While Redis is down or stalled (calls over the budget while Redis is
-// silent, opening a breaker) an instance gives out no more than the
-// larger of its block and its share of N: N divided by the live
-// instances (from the fleet's heartbeats), at least 1. No caller gets an
+// silent, opening a breaker) an instance gives out a permit only while it
+// has fewer out than its share of N: N divided by the live instances (from
+// the fleet's heartbeats), at least 1, whatever its block. No caller gets an
 // error for it. When Redis answers again, the instance records in Redis
 // the permits it has out beyond its block (so the fleet is exact again:
 // nobody gets a new permit until the total is under N), then leases as
@@ -352,8 +352,8 @@ func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
 	return n, check.Named("hybrid", err)
 }
 
-// share is the most an instance gives out of a key of n permits while
-// Redis is down, beyond its block: n over the live instances, at least 1.
+// share is the most an instance has out of a key of n permits while Redis
+// is down, its block included: n over the live instances, at least 1.
 func (c *Concurrency) share(n int64) int64 {
 	return max(1, n/max(1, c.live.Load()))
 }
@@ -437,10 +437,9 @@ func (c *Concurrency) forget(key string, k *concKey) {
 // it returns a permit.
 func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit, ok, fallback bool) {
 	switch {
-	case k.out < k.block:
-	case c.guard.Down() && k.out < max(k.block, c.share(n)):
+	case c.guard.Down() && k.out < c.share(n):
 		fallback = true
-	default:
+	case c.guard.Down(), k.out >= k.block:
 		return p, false, false
 	}
 	k.out++

@@ -239,8 +239,9 @@ func TestPermitCloseRace(t *testing.T) {
 }
 
 // TestPermitOutage: while Redis is paused (CLIENT PAUSE) or killed, no
-// caller gets an error and each instance gives out at most the larger of
-// its block and its share; when Redis is back, the permits out are
+// caller gets an error, and once its breaker is open each instance has at
+// most its share out, though its block holds more (instance 0 takes 5 of
+// the 6 into its block first); when Redis is back, the permits out are
 // recorded in Redis, and the fleet is exact again.
 func TestPermitOutage(t *testing.T) {
 	for _, kind := range []string{"pause", "kill"} {
@@ -259,6 +260,19 @@ func TestPermitOutage(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // the first heartbeats
 			load(t, cs, admin, n, 500*time.Millisecond, true)
 
+			// Instance 0 takes most of N into its block, and has none of
+			// it out when the outage begins: its block is not its share.
+			var ps []tierlimit.Permit
+			for range n - 1 {
+				p, err := cs[0].Acquire(context.Background(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps = append(ps, p)
+			}
+			for _, p := range ps {
+				p.Release()
+			}
 			blocks := make([]int64, instances)
 			for i, c := range cs {
 				c.mu.Lock()
@@ -274,12 +288,25 @@ func TestPermitOutage(t *testing.T) {
 			case "kill":
 				srv.Kill()
 			}
-			peaks, held := loadOutage(t, cs, outage-200*time.Millisecond)
+			// Until its breaker opens an instance spends its block (Redis
+			// counts it); from then on, its share.
+			began := time.Now()
+			for _, c := range cs {
+				for !c.guard.Down() && time.Since(began) < outage/2 {
+					if p, _, err := c.TryAcquire(context.Background(), "other"); err == nil && p.Valid() {
+						p.Release()
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if !c.guard.Down() {
+					t.Fatalf("the breaker did not open within %v of the outage", outage/2)
+				}
+			}
+			peaks, held := loadOutage(t, cs, outage-200*time.Millisecond-time.Since(began))
 			var fallback int64
 			for i, c := range cs {
-				bound := max(blocks[i], c.share(n))
-				if peaks[i] > bound || peaks[i] == 0 {
-					t.Errorf("instance %d: %d in flight during the outage, want 1 to max(block %d, share %d)", i, peaks[i], blocks[i], c.share(n))
+				if peaks[i] > c.share(n) || peaks[i] == 0 {
+					t.Errorf("instance %d: %d in flight during the outage, want 1 to its share %d (its block was %d)", i, peaks[i], c.share(n), blocks[i])
 				}
 				fallback += c.Stats().Fallback
 			}
