@@ -1,12 +1,19 @@
 package hybrid
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
 // TestBreakerSteps walks the breaker through its states on synctest's
@@ -70,4 +77,50 @@ func TestBreakerSteps(t *testing.T) {
 			t.Errorf("opens = %d, want 2", got)
 		}
 	})
+}
+
+// TestStoppedProcessIsNotAnOutage stops this whole process 3 times for 400 ms (a
+// starved CPU, a suspended VM) while its callers claim from a healthy
+// Redis, with default options and go-redis's default client: when it runs
+// again, its calls' timers fire before it reads the replies waiting for
+// it, and the process's own stall must not open the breaker (G1: the
+// fallback would admit beside the other instances' leases).
+func TestStoppedProcessIsNotAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	l, err := New(rdb, tierlimit.PerSecond(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Many keys of a small limit: most calls claim.
+				l.Allow(ctx, fmt.Sprint("k", g, ":", i%500))
+			}
+		})
+	}
+	for range 3 { // the timers of a stop do not always fire before the replies are read
+		time.Sleep(300 * time.Millisecond)
+		cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep 0.4; kill -CONT %d", os.Getpid(), os.Getpid()))
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("stopping this process: %v", err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if s := l.Stats(); s.BreakerOpens != 0 {
+		t.Errorf("the breaker opened %d times while Redis answered; stats %+v", s.BreakerOpens, s)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/pulse"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -62,7 +63,14 @@ func (l *limiter) run(op string, timeout time.Duration, done func(error), stalle
 		return first
 	}
 	stall := l.rtt.stall(timeout)
-	start := time.Now()
+	start, lost := time.Now(), pulse.Lost()
+	// silent is how long Redis has been silent to this call, less what
+	// the process itself could not run meanwhile (internal/pulse): a
+	// starved process's timers fire before it reads the replies waiting
+	// for it, and its own stall is not Redis's.
+	silent := func(since time.Time) time.Duration {
+		return time.Since(l.lastAnswer(since)) - (pulse.Lost() - lost)
+	}
 	var (
 		mu       sync.Mutex // orders the timer's ticks with the call's end
 		finished bool
@@ -86,7 +94,7 @@ func (l *limiter) run(op string, timeout time.Duration, done func(error), stalle
 				l.onCall(tierlimit.RedisCall{Op: op, Latency: timeout, Err: err})
 			}
 		}
-		if time.Since(l.lastAnswer(start)) >= stall && !settle(context.DeadlineExceeded) {
+		if silent(start) >= stall && !settle(context.DeadlineExceeded) {
 			stalled()
 		}
 	}
@@ -107,7 +115,7 @@ func (l *limiter) run(op string, timeout time.Duration, done func(error), stalle
 		l.answered.Store(time.Now().UnixNano())
 		l.rtt.add(took)
 		settle(err)
-	case errors.Is(err, context.DeadlineExceeded) && time.Since(l.lastAnswer(time.Time{})) < stall:
+	case errors.Is(err, context.DeadlineExceeded) && silent(time.Time{}) < stall:
 		settle(errSlow)
 	default:
 		settle(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/pulse"
 )
 
 // registry holds the limits of the live limiters of each server and
@@ -47,6 +48,7 @@ func register(l *limiter) error {
 		registry.live[at] = map[*limiter]string{}
 	}
 	registry.live[at][l] = mine
+	pulse.Start() // the process's own stalls, for call's silence
 	return nil
 }
 
@@ -75,10 +77,14 @@ func unregister(l *limiter) {
 	at := place{serverOf(l.rdb), l.cfg.prefix}
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
+	if _, ok := registry.live[at][l]; !ok {
+		return
+	}
 	delete(registry.live[at], l)
 	if len(registry.live[at]) == 0 {
 		delete(registry.live, at)
 	}
+	pulse.Stop()
 }
 
 // limitsOf describes the limits l holds keys to: its default and the
