@@ -1,14 +1,10 @@
 package hybrid
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -18,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/permit/permittest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"golang.org/x/sync/semaphore"
@@ -451,193 +448,26 @@ func loadOutage(t *testing.T, cs []*Concurrency, d time.Duration) ([]int64, [][]
 // The fleet: members are this test binary run again as OS processes
 // (TestPermitMember).
 
-const memberEnv = "TIERLIMIT_PERMIT_MEMBER"
-
-type memberSpec struct {
-	Addr     string
-	N        int64
-	TTL      time.Duration
-	Duration time.Duration
-	Hold     bool // hold N permits and sleep until killed
-}
-
-type memberReport struct {
-	Acquired, Over int64
-	Errors         []string
-}
-
-func TestPermitMember(t *testing.T) {
-	raw := os.Getenv(memberEnv)
-	if raw == "" {
-		t.Skip("run as a fleet member only")
-	}
-	var spec memberSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
-	opts := []ConcurrencyOption{}
-	if spec.TTL != 0 {
-		opts = append(opts, WithPermitTTL(spec.TTL))
-	}
-	c, err := NewConcurrency(rdb, spec.N, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if spec.Hold {
-		for range spec.N {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if _, err := c.Acquire(ctx, "k"); err != nil {
-				t.Fatalf("Acquire = %v", err)
-			}
-			cancel()
+// permitTier makes hybrid's limiters for permittest's fleet; a holding
+// member waits for its permits, leased with its block.
+var permitTier = permittest.Tier{
+	New: func(rdb *redis.Client, n int64, ttl time.Duration) (permittest.Limiter, error) {
+		opts := []ConcurrencyOption{}
+		if ttl != 0 {
+			opts = append(opts, WithPermitTTL(ttl))
 		}
-		fmt.Println("held")
-		time.Sleep(time.Minute)
-	}
-	var rep memberReport
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	end := time.Now().Add(spec.Duration)
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 10_000 && time.Now().Before(end); i++ {
-				ctx, cancel := context.WithDeadline(context.Background(), end)
-				p, err := c.Acquire(ctx, "k")
-				cancel()
-				if err != nil {
-					if !errors.Is(err, context.DeadlineExceeded) {
-						mu.Lock()
-						rep.Errors = append(rep.Errors, err.Error())
-						mu.Unlock()
-					}
-					return
-				}
-				in := rdb.Incr(context.Background(), "inflight").Val()
-				mu.Lock()
-				rep.Acquired++
-				if in > spec.N {
-					rep.Over++
-				}
-				mu.Unlock()
-				time.Sleep(time.Duration(1+rand.N(50)) * time.Millisecond)
-				rdb.Decr(context.Background(), "inflight")
-				p.Release()
-			}
-		}()
-	}
-	wg.Wait()
-	c.Close()
-	out, _ := json.Marshal(rep)
-	fmt.Println(string(out))
+		return NewConcurrency(rdb, n, opts...)
+	},
+	HoldWait: true,
 }
 
-func startMember(t *testing.T, spec memberSpec) *exec.Cmd {
-	t.Helper()
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPermitMember$", "-test.v")
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	return cmd
-}
+func TestPermitMember(t *testing.T) { permittest.Member(t, permitTier) }
 
-func TestPermitFleet(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, tt := range []struct {
-		n int64
-		d time.Duration
-	}{{1, 2 * time.Second}, {5, 3 * time.Second}} {
-		t.Run(fmt.Sprint(tt.n), func(t *testing.T) {
-			srv.Client(t).Del(context.Background(), "inflight")
-			spec := memberSpec{Addr: srv.Client(t).Options().Addr, N: tt.n, Duration: tt.d}
-			var wg sync.WaitGroup
-			reports := make([]memberReport, 3)
-			for i := range reports {
-				cmd := startMember(t, spec)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out, err := cmd.Output()
-					if err != nil {
-						t.Errorf("member %d: %v", i, err)
-						return
-					}
-					reports[i] = lastReport(t, out)
-				}()
-			}
-			wg.Wait()
-			var acquired int64
-			for i, r := range reports {
-				if r.Over != 0 || len(r.Errors) != 0 {
-					t.Errorf("member %d: %d acquisitions found more than %d in flight, errors %v; want none", i, r.Over, tt.n, r.Errors)
-				}
-				acquired += r.Acquired
-			}
-			// n permits held 25.5 ms on average: about 39·n a second if no
-			// time is lost between holders.
-			if min := 10 * tt.n * int64(tt.d/time.Second); acquired < min {
-				t.Errorf("fleet acquired %d permits in %v, want at least %d", acquired, tt.d, min)
-			}
-			t.Logf("fleet acquired %d permits of N = %d in %v", acquired, tt.n, tt.d)
-		})
-	}
-}
-
-func lastReport(t *testing.T, out []byte) memberReport {
-	t.Helper()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		var r memberReport
-		if json.Unmarshal([]byte(lines[i]), &r) == nil {
-			return r
-		}
-	}
-	t.Fatalf("member printed no report: %s", out)
-	return memberReport{}
-}
+func TestPermitFleet(t *testing.T) { permittest.Fleet(t) }
 
 // TestPermitKilledHolder: a SIGKILLed instance's permits are free within
 // TTL plus one renewal interval.
-func TestPermitKilledHolder(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
-	const n, ttl = 3, 300 * time.Millisecond
-	cmd := startMember(t, memberSpec{Addr: rdb.Options().Addr, N: n, TTL: ttl, Hold: true})
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() // on every path: it would sleep a minute
-	lines := bufio.NewScanner(out)
-	for lines.Scan() && lines.Text() != "held" {
-	}
-	if lines.Text() != "held" {
-		cmd.Process.Kill()
-		t.Fatalf("member said %q, want held", lines.Text())
-	}
-	c, _ := NewConcurrency(rdb, n, WithPermitTTL(ttl))
-	defer c.Close()
-	time.Sleep(ttl) // the member renews meanwhile
-	if _, ok, _ := c.TryAcquire(context.Background(), "k"); ok {
-		t.Fatal("TryAcquire while the member holds every permit = true, want false")
-	}
-	cmd.Process.Kill()
-	killed := time.Now()
-	cmd.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for i := range n {
-		if _, err := c.Acquire(ctx, "k"); err != nil {
-			t.Fatalf("Acquire %d after the kill: %v", i, err)
-		}
-	}
-	if d, bound := time.Since(killed), ttl+ttl/3+100*time.Millisecond; d > bound {
-		t.Errorf("the killed holder's %d permits were free after %v, want within %v (TTL + a renewal + 100 ms)", n, d, bound)
-	} else {
-		t.Logf("free %v after the kill", d)
-	}
-}
+func TestPermitKilledHolder(t *testing.T) { permittest.KilledHolder(t, permitTier) }
 
 // BenchmarkPermit is Acquire and Release on a warm key, in parallel:
 // hybrid's (from its block, no Redis call) against a local semaphore, a
