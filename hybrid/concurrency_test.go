@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,24 +142,7 @@ func TestPermitInput(t *testing.T) {
 		}
 	}
 	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
-	for _, tt := range []struct {
-		ctx  context.Context
-		key  string
-		want error
-	}{
-		{ctx, "", tierlimit.ErrInvalidKey},
-		{ctx, strings.Repeat("x", tierlimit.MaxKeyLen+1), tierlimit.ErrInvalidKey},
-		{ctx, "neg", tierlimit.ErrInvalidLimit},
-		{ctx, "huge", tierlimit.ErrInvalidLimit},
-		{nil, "k", tierlimit.ErrInvalidOption},
-	} {
-		if _, _, err := c.TryAcquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("TryAcquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-		if _, err := c.Acquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("Acquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-	}
+	permittest.InvalidKeys(t, c)
 	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
 	if _, err := c.Acquire(past, "k"); err != context.DeadlineExceeded {
@@ -168,71 +150,17 @@ func TestPermitInput(t *testing.T) {
 	}
 	c.Close()
 	c.Close()
-	if _, _, err := c.TryAcquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
-	}
-	if _, err := c.Acquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
-	}
+	permittest.Closed(t, c)
 }
 
 // TestPermitCloseRace: Close racing every call never panics or blocks,
 // and leaves no goroutine behind; a Release after Close is harmless.
 func TestPermitCloseRace(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
-	before := runtime.NumGoroutine()
-	for range 5 {
+	permittest.CloseRace(t, func() permittest.Limiter {
 		c, _ := NewConcurrency(rdb, 2, WithPermitIdle(5*time.Millisecond))
-		var wg sync.WaitGroup
-		var late []tierlimit.Permit
-		var mu sync.Mutex
-		for i := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				for j := range 20 {
-					var p tierlimit.Permit
-					var err error
-					if (i+j)%2 == 0 {
-						p, err = c.Acquire(ctx, "k")
-					} else {
-						p, _, err = c.TryAcquire(ctx, "k")
-					}
-					if err != nil && err != tierlimit.ErrClosed {
-						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
-					}
-					if err != nil && p.Valid() {
-						t.Errorf("call racing Close = %v with a permit %#v, want the zero Permit", err, p)
-						p = tierlimit.Permit{}
-					}
-					if p.Valid() && j == 19 {
-						mu.Lock()
-						late = append(late, p)
-						mu.Unlock()
-					} else if p.Valid() {
-						p.Release()
-						p.Release()
-					}
-				}
-			}()
-		}
-		time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
-		c.Close()
-		wg.Wait()
-		for _, p := range late {
-			p.Release()
-			p.Release()
-		}
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after Close, want at most %d", n, before)
-	}
+		return c
+	}, true)
 }
 
 // TestPermitOutage: while Redis is paused (CLIENT PAUSE) or killed, no
