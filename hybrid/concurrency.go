@@ -188,11 +188,8 @@ func durationOption(name string, d, lo, hi time.Duration, field func(*concConfig
 // renews blocks, gives back unused permits and beats in the fleet, which
 // Close stops. It does not wait for Redis.
 func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
-	if err := tierlimit.CheckPermits(n); err != nil {
+	if err := permit.CheckRedis(n, rdb == nil); err != nil {
 		return nil, check.Named("hybrid", err)
-	}
-	if rdb == nil {
-		return nil, check.Named("hybrid", fmt.Errorf("%w: nil redis client", tierlimit.ErrInvalidOption))
 	}
 	c := &Concurrency{rdb: rdb, n: n, id: instanceID(), keys: make(map[string]*concKey), done: make(chan struct{}),
 		cfg: concConfig{prefix: store.DefaultPrefix, ttl: DefaultPermitTTL, idle: DefaultPermitIdle, budget: DefaultCallBudget,

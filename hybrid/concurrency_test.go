@@ -116,7 +116,6 @@ func TestPermitRoundTrips(t *testing.T) {
 }
 
 func TestPermitInput(t *testing.T) {
-	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
 	for _, tt := range []struct {
 		rdb  redis.UniversalClient
@@ -143,14 +142,7 @@ func TestPermitInput(t *testing.T) {
 	}
 	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
 	permittest.InvalidKeys(t, c)
-	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
-	defer cancel()
-	if _, err := c.Acquire(past, "k"); err != context.DeadlineExceeded {
-		t.Errorf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
-	}
-	c.Close()
-	c.Close()
-	permittest.Closed(t, c)
+	permittest.PastDeadlineClose(t, c)
 }
 
 // TestPermitCloseRace: Close racing every call never panics or blocks,

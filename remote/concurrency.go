@@ -137,11 +137,8 @@ func WithPermitPrefix(prefix string) ConcurrencyOption {
 // tierlimit.ErrInvalidOption. It starts the renewal goroutine, which Close
 // stops. It does not call Redis.
 func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
-	if err := tierlimit.CheckPermits(n); err != nil {
+	if err := permit.CheckRedis(n, rdb == nil); err != nil {
 		return nil, check.Named("remote", err)
-	}
-	if rdb == nil {
-		return nil, check.Named("remote", fmt.Errorf("%w: nil redis client", tierlimit.ErrInvalidOption))
 	}
 	c := &Concurrency{rdb: rdb, n: n, prefix: DefaultPrefix, ttl: DefaultPermitTTL,
 		held: make(map[string]*heldKey), done: make(chan struct{})}

@@ -26,6 +26,19 @@ func Apply[O any](opts []O, apply func(O) error) error {
 	return nil
 }
 
+// CheckRedis checks the arguments of a NewConcurrency of a tier in Redis:
+// n permits per key (tierlimit.CheckPermits), then a client (noClient: an
+// error wrapping tierlimit.ErrInvalidOption).
+func CheckRedis(n int64, noClient bool) error {
+	if err := tierlimit.CheckPermits(n); err != nil {
+		return err
+	}
+	if noClient {
+		return fmt.Errorf("%w: nil redis client", tierlimit.ErrInvalidOption)
+	}
+	return nil
+}
+
 // Observer returns o.Permit, the function a WithPermitObserver option
 // sets; a nil o is an error wrapping tierlimit.ErrInvalidOption.
 func Observer(o *tierlimit.Observer) (func(tierlimit.PermitDecision), error) {

@@ -57,6 +57,18 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+func TestCheckRedis(t *testing.T) {
+	if err := CheckRedis(0, true); !errors.Is(err, tierlimit.ErrInvalidLimit) {
+		t.Errorf("CheckRedis(0, no client) = %v, want ErrInvalidLimit first", err)
+	}
+	if err := CheckRedis(1, true); !errors.Is(err, tierlimit.ErrInvalidOption) {
+		t.Errorf("CheckRedis(1, no client) = %v, want ErrInvalidOption", err)
+	}
+	if err := CheckRedis(1, false); err != nil {
+		t.Errorf("CheckRedis(1, a client) = %v, want nil", err)
+	}
+}
+
 func TestTakeID(t *testing.T) {
 	var s Slab[string]
 	i, gen := s.Put("a")

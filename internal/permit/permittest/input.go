@@ -53,6 +53,21 @@ func Closed(t *testing.T, c tierlimit.Concurrency) {
 	}
 }
 
+// PastDeadlineClose checks that Acquire with a deadline passed returns
+// context.DeadlineExceeded at once, then closes c twice and checks it as
+// Closed does.
+func PastDeadlineClose(t *testing.T, c Limiter) {
+	t.Helper()
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := c.Acquire(past, "k"); err != context.DeadlineExceeded {
+		t.Errorf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+	c.Close()
+	c.Close()
+	Closed(t, c)
+}
+
 // Allocs checks that a TryAcquire and Release on key "k" of c, warm,
 // allocate nothing; what names them in the error.
 func Allocs(t *testing.T, c tierlimit.Concurrency, what string) {
