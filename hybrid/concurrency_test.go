@@ -13,22 +13,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/internal/permit/permittest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"golang.org/x/sync/semaphore"
 )
-
-// countCalls counts the commands a client sends (a pipeline counts once).
-type countCalls struct{ n atomic.Int64 }
-
-func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
-}
 
 // redisTotal returns the permits of key Redis records as held.
 func redisTotal(t *testing.T, rdb *redis.Client, key string) int64 {
@@ -95,13 +85,13 @@ func TestPermits(t *testing.T) {
 func TestPermitRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	c, _ := NewConcurrency(rdb, 2)
 	defer c.Close()
 	p, _ := c.Acquire(ctx, "k") // leases the block
 	p.Release()
-	before := calls.n.Load()
+	before := calls.Load()
 	for range 1000 {
 		p, err := c.Acquire(ctx, "k")
 		if err != nil {
@@ -110,7 +100,7 @@ func TestPermitRoundTrips(t *testing.T) {
 		p.Release()
 	}
 	// The background may renew or beat meanwhile: at most a few.
-	if got := calls.n.Load() - before; got > 2 {
+	if got := calls.Load() - before; got > 2 {
 		t.Errorf("1000 Acquire+Release on a warm key made %d Redis calls, want at most 2", got)
 	}
 }

@@ -6,28 +6,17 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/internal/permit"
 	"github.com/tierlimit/tierlimit/internal/permit/permittest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
-
-// countCalls counts the commands rdb sends (a pipeline counts once).
-type countCalls struct{ n atomic.Int64 }
-
-func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
-}
 
 func TestPermits(t *testing.T) {
 	ctx := context.Background()
@@ -84,7 +73,7 @@ func TestPermits(t *testing.T) {
 func TestPermitRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	c, _ := NewConcurrency(rdb, 1)
 	defer c.Close()
@@ -92,19 +81,19 @@ func TestPermitRoundTrips(t *testing.T) {
 		p.Release()
 	}
 	for i := range 3 {
-		before := calls.n.Load()
+		before := calls.Load()
 		p, ok, err := c.TryAcquire(ctx, "k")
-		if got := calls.n.Load() - before; !ok || err != nil || got != 1 {
+		if got := calls.Load() - before; !ok || err != nil || got != 1 {
 			t.Fatalf("TryAcquire %d = %v, %v with %d round trips, want true, nil with 1", i, ok, err, got)
 		}
-		before = calls.n.Load()
-		if _, ok, _ := c.TryAcquire(ctx, "k"); ok || calls.n.Load()-before != 1 {
-			t.Errorf("a refused TryAcquire made %d round trips (ok %v), want 1 (false)", calls.n.Load()-before, ok)
+		before = calls.Load()
+		if _, ok, _ := c.TryAcquire(ctx, "k"); ok || calls.Load()-before != 1 {
+			t.Errorf("a refused TryAcquire made %d round trips (ok %v), want 1 (false)", calls.Load()-before, ok)
 		}
-		before = calls.n.Load()
+		before = calls.Load()
 		p.Release()
 		p.Release()
-		if got := calls.n.Load() - before; got != 1 {
+		if got := calls.Load() - before; got != 1 {
 			t.Errorf("Release twice made %d round trips, want 1", got)
 		}
 	}
@@ -288,12 +277,12 @@ func TestPermitMisconfigured(t *testing.T) {
 func BenchmarkPermit(b *testing.B) {
 	ctx := context.Background()
 	rdb := redistest.Start(b).Client(b)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	c, _ := NewConcurrency(rdb, 1<<20)
 	defer c.Close()
 	b.ReportAllocs()
-	before := calls.n.Load()
+	before := calls.Load()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			p, ok, err := c.TryAcquire(ctx, "k")
@@ -303,7 +292,7 @@ func BenchmarkPermit(b *testing.B) {
 			p.Release()
 		}
 	})
-	b.ReportMetric(float64(calls.n.Load()-before)/float64(b.N), "calls/op")
+	b.ReportMetric(float64(calls.Load()-before)/float64(b.N), "calls/op")
 }
 
 func TestPermitObserver(t *testing.T) {
@@ -335,7 +324,7 @@ func TestPermitObserver(t *testing.T) {
 func TestPermitRenewalRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	const ttl = 300 * time.Millisecond // a tick every 100 ms
 	c, _ := NewConcurrency(rdb, 3, WithPermitTTL(ttl))
@@ -347,9 +336,9 @@ func TestPermitRenewalRoundTrips(t *testing.T) {
 			}
 		}
 	}
-	before := calls.n.Load()
+	before := calls.Load()
 	time.Sleep(5 * ttl / 3) // 5 ticks
-	got := calls.n.Load() - before
+	got := calls.Load() - before
 	if got < 4 || got > 6 {
 		t.Errorf("%d round trips over 5 renewal ticks of 40 permits on 20 keys, want 4 to 6 (one per tick)", got)
 	}
