@@ -118,12 +118,9 @@ func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) 
 // WithPermitFunc gives each key its own number of permits (see
 // tierlimit.PermitFunc); nil is an error.
 func WithPermitFunc(f tierlimit.PermitFunc) ConcurrencyOption {
-	return concurrencyOption(func(c *Concurrency) error {
-		if f == nil {
-			return fmt.Errorf("%w: nil permit func", tierlimit.ErrInvalidOption)
-		}
-		c.fn = f
-		return nil
+	return concurrencyOption(func(c *Concurrency) (err error) {
+		c.fn, err = permit.Func(f)
+		return err
 	})
 }
 
@@ -156,12 +153,9 @@ func WithPermitCallBudget(d time.Duration) ConcurrencyOption {
 // WithPermitObserver gives o.Permit every acquisition (see
 // tierlimit.Observer); o's other fields are not used. A nil o is an error.
 func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
-	return concurrencyOption(func(c *Concurrency) error {
-		if o == nil {
-			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
-		}
-		c.onPermit = o.Permit
-		return nil
+	return concurrencyOption(func(c *Concurrency) (err error) {
+		c.onPermit, err = permit.Observer(o)
+		return err
 	})
 }
 
@@ -194,22 +188,14 @@ func durationOption(name string, d, lo, hi time.Duration, field func(*concConfig
 // renews blocks, gives back unused permits and beats in the fleet, which
 // Close stops. It does not wait for Redis.
 func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
-	if err := tierlimit.CheckPermits(n); err != nil {
+	if err := permit.CheckRedis(n, rdb == nil); err != nil {
 		return nil, check.Named("hybrid", err)
-	}
-	if rdb == nil {
-		return nil, check.Named("hybrid", fmt.Errorf("%w: nil redis client", tierlimit.ErrInvalidOption))
 	}
 	c := &Concurrency{rdb: rdb, n: n, id: instanceID(), keys: make(map[string]*concKey), done: make(chan struct{}),
 		cfg: concConfig{prefix: store.DefaultPrefix, ttl: DefaultPermitTTL, idle: DefaultPermitIdle, budget: DefaultCallBudget,
 			threshold: DefaultBreakerThreshold, probe: DefaultProbeInterval, heartbeat: DefaultHeartbeat}}
-	for _, o := range opts {
-		if o == nil {
-			return nil, check.Named("hybrid", fmt.Errorf("%w: nil option", tierlimit.ErrInvalidOption))
-		}
-		if err := o.applyConcurrency(c); err != nil {
-			return nil, check.Named("hybrid", err)
-		}
+	if err := permit.Apply(opts, func(o ConcurrencyOption) error { return o.applyConcurrency(c) }); err != nil {
+		return nil, check.Named("hybrid", err)
 	}
 	c.guard = outage.New(c.cfg.budget, c.cfg.threshold, c.cfg.probe)
 	c.fleetKey = store.PermitFleetKey(c.cfg.prefix, n)
@@ -229,11 +215,8 @@ type permits Concurrency
 // (released already) does nothing.
 func (r *permits) ReleasePermit(id, gen uint64) {
 	c := (*Concurrency)(r)
-	if id > 1<<32-1 {
-		return
-	}
 	c.mu.Lock()
-	k, ok := c.out.Take(uint32(id), gen)
+	k, ok := c.out.TakeID(id, gen)
 	if !ok {
 		c.mu.Unlock()
 		return
@@ -342,14 +325,7 @@ func (c *Concurrency) Stats() tierlimit.ConcurrencyStats {
 
 // check checks a call's input and returns the key's number of permits.
 func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
-	if c.isClosed.Load() {
-		return 0, tierlimit.ErrClosed
-	}
-	if err := permit.Ready(ctx); err != nil {
-		return 0, check.Named("hybrid", err)
-	}
-	n, err := permit.Limit(key, c.n, c.fn)
-	return n, check.Named("hybrid", err)
+	return permit.Check(ctx, "hybrid", c.isClosed.Load(), key, c.n, c.fn)
 }
 
 // share is the most an instance has out of a key of n permits while Redis

@@ -1,15 +1,10 @@
 package hybrid
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,21 +13,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/callcount"
+	"github.com/tierlimit/tierlimit/internal/permit/permittest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"golang.org/x/sync/semaphore"
 )
-
-// countCalls counts the commands a client sends (a pipeline counts once).
-type countCalls struct{ n atomic.Int64 }
-
-func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
-}
 
 // redisTotal returns the permits of key Redis records as held.
 func redisTotal(t *testing.T, rdb *redis.Client, key string) int64 {
@@ -99,13 +85,13 @@ func TestPermits(t *testing.T) {
 func TestPermitRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	c, _ := NewConcurrency(rdb, 2)
 	defer c.Close()
 	p, _ := c.Acquire(ctx, "k") // leases the block
 	p.Release()
-	before := calls.n.Load()
+	before := calls.Load()
 	for range 1000 {
 		p, err := c.Acquire(ctx, "k")
 		if err != nil {
@@ -114,13 +100,12 @@ func TestPermitRoundTrips(t *testing.T) {
 		p.Release()
 	}
 	// The background may renew or beat meanwhile: at most a few.
-	if got := calls.n.Load() - before; got > 2 {
+	if got := calls.Load() - before; got > 2 {
 		t.Errorf("1000 Acquire+Release on a warm key made %d Redis calls, want at most 2", got)
 	}
 }
 
 func TestPermitInput(t *testing.T) {
-	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
 	for _, tt := range []struct {
 		rdb  redis.UniversalClient
@@ -146,96 +131,18 @@ func TestPermitInput(t *testing.T) {
 		}
 	}
 	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
-	for _, tt := range []struct {
-		ctx  context.Context
-		key  string
-		want error
-	}{
-		{ctx, "", tierlimit.ErrInvalidKey},
-		{ctx, strings.Repeat("x", tierlimit.MaxKeyLen+1), tierlimit.ErrInvalidKey},
-		{ctx, "neg", tierlimit.ErrInvalidLimit},
-		{ctx, "huge", tierlimit.ErrInvalidLimit},
-		{nil, "k", tierlimit.ErrInvalidOption},
-	} {
-		if _, _, err := c.TryAcquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("TryAcquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-		if _, err := c.Acquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("Acquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-	}
-	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
-	defer cancel()
-	if _, err := c.Acquire(past, "k"); err != context.DeadlineExceeded {
-		t.Errorf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
-	}
-	c.Close()
-	c.Close()
-	if _, _, err := c.TryAcquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
-	}
-	if _, err := c.Acquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
-	}
+	permittest.InvalidKeys(t, c)
+	permittest.PastDeadlineClose(t, c)
 }
 
 // TestPermitCloseRace: Close racing every call never panics or blocks,
 // and leaves no goroutine behind; a Release after Close is harmless.
 func TestPermitCloseRace(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
-	before := runtime.NumGoroutine()
-	for range 5 {
+	permittest.CloseRace(t, func() permittest.Limiter {
 		c, _ := NewConcurrency(rdb, 2, WithPermitIdle(5*time.Millisecond))
-		var wg sync.WaitGroup
-		var late []tierlimit.Permit
-		var mu sync.Mutex
-		for i := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				for j := range 20 {
-					var p tierlimit.Permit
-					var err error
-					if (i+j)%2 == 0 {
-						p, err = c.Acquire(ctx, "k")
-					} else {
-						p, _, err = c.TryAcquire(ctx, "k")
-					}
-					if err != nil && err != tierlimit.ErrClosed {
-						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
-					}
-					if err != nil && p.Valid() {
-						t.Errorf("call racing Close = %v with a permit %#v, want the zero Permit", err, p)
-						p = tierlimit.Permit{}
-					}
-					if p.Valid() && j == 19 {
-						mu.Lock()
-						late = append(late, p)
-						mu.Unlock()
-					} else if p.Valid() {
-						p.Release()
-						p.Release()
-					}
-				}
-			}()
-		}
-		time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
-		c.Close()
-		wg.Wait()
-		for _, p := range late {
-			p.Release()
-			p.Release()
-		}
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after Close, want at most %d", n, before)
-	}
+		return c
+	}, true)
 }
 
 // TestPermitOutage: while Redis is paused (CLIENT PAUSE) or killed, no
@@ -451,193 +358,26 @@ func loadOutage(t *testing.T, cs []*Concurrency, d time.Duration) ([]int64, [][]
 // The fleet: members are this test binary run again as OS processes
 // (TestPermitMember).
 
-const memberEnv = "TIERLIMIT_PERMIT_MEMBER"
-
-type memberSpec struct {
-	Addr     string
-	N        int64
-	TTL      time.Duration
-	Duration time.Duration
-	Hold     bool // hold N permits and sleep until killed
-}
-
-type memberReport struct {
-	Acquired, Over int64
-	Errors         []string
-}
-
-func TestPermitMember(t *testing.T) {
-	raw := os.Getenv(memberEnv)
-	if raw == "" {
-		t.Skip("run as a fleet member only")
-	}
-	var spec memberSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
-	opts := []ConcurrencyOption{}
-	if spec.TTL != 0 {
-		opts = append(opts, WithPermitTTL(spec.TTL))
-	}
-	c, err := NewConcurrency(rdb, spec.N, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if spec.Hold {
-		for range spec.N {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if _, err := c.Acquire(ctx, "k"); err != nil {
-				t.Fatalf("Acquire = %v", err)
-			}
-			cancel()
+// permitTier makes hybrid's limiters for permittest's fleet; a holding
+// member waits for its permits, leased with its block.
+var permitTier = permittest.Tier{
+	New: func(rdb *redis.Client, n int64, ttl time.Duration) (permittest.Limiter, error) {
+		opts := []ConcurrencyOption{}
+		if ttl != 0 {
+			opts = append(opts, WithPermitTTL(ttl))
 		}
-		fmt.Println("held")
-		time.Sleep(time.Minute)
-	}
-	var rep memberReport
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	end := time.Now().Add(spec.Duration)
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 10_000 && time.Now().Before(end); i++ {
-				ctx, cancel := context.WithDeadline(context.Background(), end)
-				p, err := c.Acquire(ctx, "k")
-				cancel()
-				if err != nil {
-					if !errors.Is(err, context.DeadlineExceeded) {
-						mu.Lock()
-						rep.Errors = append(rep.Errors, err.Error())
-						mu.Unlock()
-					}
-					return
-				}
-				in := rdb.Incr(context.Background(), "inflight").Val()
-				mu.Lock()
-				rep.Acquired++
-				if in > spec.N {
-					rep.Over++
-				}
-				mu.Unlock()
-				time.Sleep(time.Duration(1+rand.N(50)) * time.Millisecond)
-				rdb.Decr(context.Background(), "inflight")
-				p.Release()
-			}
-		}()
-	}
-	wg.Wait()
-	c.Close()
-	out, _ := json.Marshal(rep)
-	fmt.Println(string(out))
+		return NewConcurrency(rdb, n, opts...)
+	},
+	HoldWait: true,
 }
 
-func startMember(t *testing.T, spec memberSpec) *exec.Cmd {
-	t.Helper()
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPermitMember$", "-test.v")
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	return cmd
-}
+func TestPermitMember(t *testing.T) { permittest.Member(t, permitTier) }
 
-func TestPermitFleet(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, tt := range []struct {
-		n int64
-		d time.Duration
-	}{{1, 2 * time.Second}, {5, 3 * time.Second}} {
-		t.Run(fmt.Sprint(tt.n), func(t *testing.T) {
-			srv.Client(t).Del(context.Background(), "inflight")
-			spec := memberSpec{Addr: srv.Client(t).Options().Addr, N: tt.n, Duration: tt.d}
-			var wg sync.WaitGroup
-			reports := make([]memberReport, 3)
-			for i := range reports {
-				cmd := startMember(t, spec)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out, err := cmd.Output()
-					if err != nil {
-						t.Errorf("member %d: %v", i, err)
-						return
-					}
-					reports[i] = lastReport(t, out)
-				}()
-			}
-			wg.Wait()
-			var acquired int64
-			for i, r := range reports {
-				if r.Over != 0 || len(r.Errors) != 0 {
-					t.Errorf("member %d: %d acquisitions found more than %d in flight, errors %v; want none", i, r.Over, tt.n, r.Errors)
-				}
-				acquired += r.Acquired
-			}
-			// n permits held 25.5 ms on average: about 39·n a second if no
-			// time is lost between holders.
-			if min := 10 * tt.n * int64(tt.d/time.Second); acquired < min {
-				t.Errorf("fleet acquired %d permits in %v, want at least %d", acquired, tt.d, min)
-			}
-			t.Logf("fleet acquired %d permits of N = %d in %v", acquired, tt.n, tt.d)
-		})
-	}
-}
-
-func lastReport(t *testing.T, out []byte) memberReport {
-	t.Helper()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		var r memberReport
-		if json.Unmarshal([]byte(lines[i]), &r) == nil {
-			return r
-		}
-	}
-	t.Fatalf("member printed no report: %s", out)
-	return memberReport{}
-}
+func TestPermitFleet(t *testing.T) { permittest.Fleet(t) }
 
 // TestPermitKilledHolder: a SIGKILLed instance's permits are free within
 // TTL plus one renewal interval.
-func TestPermitKilledHolder(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
-	const n, ttl = 3, 300 * time.Millisecond
-	cmd := startMember(t, memberSpec{Addr: rdb.Options().Addr, N: n, TTL: ttl, Hold: true})
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() // on every path: it would sleep a minute
-	lines := bufio.NewScanner(out)
-	for lines.Scan() && lines.Text() != "held" {
-	}
-	if lines.Text() != "held" {
-		cmd.Process.Kill()
-		t.Fatalf("member said %q, want held", lines.Text())
-	}
-	c, _ := NewConcurrency(rdb, n, WithPermitTTL(ttl))
-	defer c.Close()
-	time.Sleep(ttl) // the member renews meanwhile
-	if _, ok, _ := c.TryAcquire(context.Background(), "k"); ok {
-		t.Fatal("TryAcquire while the member holds every permit = true, want false")
-	}
-	cmd.Process.Kill()
-	killed := time.Now()
-	cmd.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for i := range n {
-		if _, err := c.Acquire(ctx, "k"); err != nil {
-			t.Fatalf("Acquire %d after the kill: %v", i, err)
-		}
-	}
-	if d, bound := time.Since(killed), ttl+ttl/3+100*time.Millisecond; d > bound {
-		t.Errorf("the killed holder's %d permits were free after %v, want within %v (TTL + a renewal + 100 ms)", n, d, bound)
-	} else {
-		t.Logf("free %v after the kill", d)
-	}
-}
+func TestPermitKilledHolder(t *testing.T) { permittest.KilledHolder(t, permitTier) }
 
 // BenchmarkPermit is Acquire and Release on a warm key, in parallel:
 // hybrid's (from its block, no Redis call) against a local semaphore, a

@@ -49,18 +49,7 @@ func TestPermitAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocations are not counted under the race detector")
 	}
-	ctx := context.Background()
 	c, _ := NewConcurrency(redistest.Start(t).Client(t), 4)
 	defer c.Close()
-	f := func() {
-		p, ok, err := c.TryAcquire(ctx, "k")
-		if !ok || err != nil {
-			t.Fatalf("TryAcquire = %v, %v; want a permit", ok, err)
-		}
-		p.Release()
-	}
-	f()
-	if got := testing.AllocsPerRun(1000, f); got != 0 {
-		t.Errorf("TryAcquire+Release on a warm key: %v allocations, want 0", got)
-	}
+	permittest.Allocs(t, c, "TryAcquire+Release on a warm key")
 }

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,12 +91,9 @@ func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) 
 // WithPermitObserver gives o.Permit every acquisition (see
 // tierlimit.Observer); o's other fields are not used. A nil o is an error.
 func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
-	return concurrencyOption(func(c *Concurrency) error {
-		if o == nil {
-			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
-		}
-		c.onPermit = o.Permit
-		return nil
+	return concurrencyOption(func(c *Concurrency) (err error) {
+		c.onPermit, err = permit.Observer(o)
+		return err
 	})
 }
 
@@ -106,12 +102,9 @@ func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
 // it has more out keeps them until they are released, and gives out no
 // more until it is under the new number.
 func WithPermitFunc(f tierlimit.PermitFunc) ConcurrencyOption {
-	return concurrencyOption(func(c *Concurrency) error {
-		if f == nil {
-			return fmt.Errorf("%w: nil permit func", tierlimit.ErrInvalidOption)
-		}
-		c.fn = f
-		return nil
+	return concurrencyOption(func(c *Concurrency) (err error) {
+		c.fn, err = permit.Func(f)
+		return err
 	})
 }
 
@@ -123,13 +116,8 @@ func NewConcurrency(n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
 		return nil, check.Named("local", err)
 	}
 	c := &Concurrency{n: n, done: make(chan struct{})}
-	for _, o := range opts {
-		if o == nil {
-			return nil, check.Named("local", fmt.Errorf("%w: nil option", tierlimit.ErrInvalidOption))
-		}
-		if err := o.applyConcurrency(c); err != nil {
-			return nil, check.Named("local", err)
-		}
+	if err := permit.Apply(opts, func(o ConcurrencyOption) error { return o.applyConcurrency(c) }); err != nil {
+		return nil, check.Named("local", err)
 	}
 	for i := range c.shards {
 		c.shards[i].keys = make(map[string]*concKey)
@@ -275,14 +263,7 @@ func (c *Concurrency) Stats() tierlimit.ConcurrencyStats {
 
 // check checks a call's input and returns the key's number of permits.
 func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
-	if c.closed.Load() {
-		return 0, tierlimit.ErrClosed
-	}
-	if err := permit.Ready(ctx); err != nil {
-		return 0, check.Named("local", err)
-	}
-	n, err := permit.Limit(key, c.n, c.fn)
-	return n, check.Named("local", err)
+	return permit.Check(ctx, "local", c.closed.Load(), key, c.n, c.fn)
 }
 
 // shard returns key's shard and its index.

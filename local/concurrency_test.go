@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/permit/permittest"
 )
 
 func TestPermitLimit(t *testing.T) {
@@ -164,7 +165,6 @@ func TestPermitWaitEnds(t *testing.T) {
 }
 
 func TestPermitInput(t *testing.T) {
-	ctx := context.Background()
 	for _, tt := range []struct {
 		n    int64
 		opts []ConcurrencyOption
@@ -189,31 +189,9 @@ func TestPermitInput(t *testing.T) {
 		}
 		return 0
 	}))
-	for _, tt := range []struct {
-		ctx  context.Context
-		key  string
-		want error
-	}{
-		{ctx, "", tierlimit.ErrInvalidKey},
-		{ctx, strings.Repeat("x", tierlimit.MaxKeyLen+1), tierlimit.ErrInvalidKey},
-		{ctx, "neg", tierlimit.ErrInvalidLimit},
-		{ctx, "huge", tierlimit.ErrInvalidLimit},
-		{nil, "k", tierlimit.ErrInvalidOption},
-	} {
-		if _, _, err := c.TryAcquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("TryAcquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-		if _, err := c.Acquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("Acquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-	}
+	permittest.InvalidKeys(t, c)
 	c.Close()
-	if _, _, err := c.TryAcquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
-	}
-	if _, err := c.Acquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
-	}
+	permittest.Closed(t, c)
 }
 
 // TestPermitExact: many goroutines never hold more than n permits of

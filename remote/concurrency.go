@@ -89,12 +89,9 @@ func (f concurrencyOption) applyConcurrency(c *Concurrency) error { return f(c) 
 // WithPermitObserver gives o.Permit every acquisition (see
 // tierlimit.Observer); o's other fields are not used. A nil o is an error.
 func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
-	return concurrencyOption(func(c *Concurrency) error {
-		if o == nil {
-			return fmt.Errorf("%w: nil observer", tierlimit.ErrInvalidOption)
-		}
-		c.onPermit = o.Permit
-		return nil
+	return concurrencyOption(func(c *Concurrency) (err error) {
+		c.onPermit, err = permit.Observer(o)
+		return err
 	})
 }
 
@@ -102,12 +99,9 @@ func WithPermitObserver(o *tierlimit.Observer) ConcurrencyOption {
 // tierlimit.PermitFunc); nil is an error. A key whose number falls while
 // more are held keeps them until they are released.
 func WithPermitFunc(f tierlimit.PermitFunc) ConcurrencyOption {
-	return concurrencyOption(func(c *Concurrency) error {
-		if f == nil {
-			return fmt.Errorf("%w: nil permit func", tierlimit.ErrInvalidOption)
-		}
-		c.fn = f
-		return nil
+	return concurrencyOption(func(c *Concurrency) (err error) {
+		c.fn, err = permit.Func(f)
+		return err
 	})
 }
 
@@ -143,21 +137,13 @@ func WithPermitPrefix(prefix string) ConcurrencyOption {
 // tierlimit.ErrInvalidOption. It starts the renewal goroutine, which Close
 // stops. It does not call Redis.
 func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
-	if err := tierlimit.CheckPermits(n); err != nil {
+	if err := permit.CheckRedis(n, rdb == nil); err != nil {
 		return nil, check.Named("remote", err)
-	}
-	if rdb == nil {
-		return nil, check.Named("remote", fmt.Errorf("%w: nil redis client", tierlimit.ErrInvalidOption))
 	}
 	c := &Concurrency{rdb: rdb, n: n, prefix: DefaultPrefix, ttl: DefaultPermitTTL,
 		held: make(map[string]*heldKey), done: make(chan struct{})}
-	for _, o := range opts {
-		if o == nil {
-			return nil, check.Named("remote", fmt.Errorf("%w: nil option", tierlimit.ErrInvalidOption))
-		}
-		if err := o.applyConcurrency(c); err != nil {
-			return nil, check.Named("remote", err)
-		}
+	if err := permit.Apply(opts, func(o ConcurrencyOption) error { return o.applyConcurrency(c) }); err != nil {
+		return nil, check.Named("remote", err)
 	}
 	var b [8]byte
 	_, _ = crand.Read(b[:])
@@ -178,11 +164,8 @@ type permits Concurrency
 // generation not the record's (released already) does nothing.
 func (r *permits) ReleasePermit(id, gen uint64) {
 	c := (*Concurrency)(r)
-	if id > 1<<32-1 {
-		return
-	}
 	c.mu.Lock()
-	p, ok := c.out.Take(uint32(id), gen)
+	p, ok := c.out.TakeID(id, gen)
 	c.mu.Unlock()
 	if ok {
 		c.release(p)
@@ -248,14 +231,7 @@ func (c *Concurrency) Stats() tierlimit.ConcurrencyStats { return c.stats.Read()
 
 // check checks a call's input and returns the key's number of permits.
 func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
-	if c.isClosed() {
-		return 0, tierlimit.ErrClosed
-	}
-	if err := permit.Ready(ctx); err != nil {
-		return 0, check.Named("remote", err)
-	}
-	n, err := permit.Limit(key, c.n, c.fn)
-	return n, check.Named("remote", err)
+	return permit.Check(ctx, "remote", c.isClosed(), key, c.n, c.fn)
 }
 
 func (c *Concurrency) isClosed() bool {

@@ -1,38 +1,22 @@
 package remote
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/internal/permit"
+	"github.com/tierlimit/tierlimit/internal/permit/permittest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
-
-// countCalls counts the commands rdb sends (a pipeline counts once).
-type countCalls struct{ n atomic.Int64 }
-
-func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
-}
 
 func TestPermits(t *testing.T) {
 	ctx := context.Background()
@@ -89,7 +73,7 @@ func TestPermits(t *testing.T) {
 func TestPermitRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	c, _ := NewConcurrency(rdb, 1)
 	defer c.Close()
@@ -97,19 +81,19 @@ func TestPermitRoundTrips(t *testing.T) {
 		p.Release()
 	}
 	for i := range 3 {
-		before := calls.n.Load()
+		before := calls.Load()
 		p, ok, err := c.TryAcquire(ctx, "k")
-		if got := calls.n.Load() - before; !ok || err != nil || got != 1 {
+		if got := calls.Load() - before; !ok || err != nil || got != 1 {
 			t.Fatalf("TryAcquire %d = %v, %v with %d round trips, want true, nil with 1", i, ok, err, got)
 		}
-		before = calls.n.Load()
-		if _, ok, _ := c.TryAcquire(ctx, "k"); ok || calls.n.Load()-before != 1 {
-			t.Errorf("a refused TryAcquire made %d round trips (ok %v), want 1 (false)", calls.n.Load()-before, ok)
+		before = calls.Load()
+		if _, ok, _ := c.TryAcquire(ctx, "k"); ok || calls.Load()-before != 1 {
+			t.Errorf("a refused TryAcquire made %d round trips (ok %v), want 1 (false)", calls.Load()-before, ok)
 		}
-		before = calls.n.Load()
+		before = calls.Load()
 		p.Release()
 		p.Release()
-		if got := calls.n.Load() - before; got != 1 {
+		if got := calls.Load() - before; got != 1 {
 			t.Errorf("Release twice made %d round trips, want 1", got)
 		}
 	}
@@ -150,7 +134,6 @@ func TestPermitTTL(t *testing.T) {
 }
 
 func TestPermitInput(t *testing.T) {
-	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
 	for _, tt := range []struct {
 		rdb  redis.UniversalClient
@@ -175,37 +158,8 @@ func TestPermitInput(t *testing.T) {
 		}
 	}
 	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
-	for _, tt := range []struct {
-		ctx  context.Context
-		key  string
-		want error
-	}{
-		{ctx, "", tierlimit.ErrInvalidKey},
-		{ctx, strings.Repeat("x", tierlimit.MaxKeyLen+1), tierlimit.ErrInvalidKey},
-		{ctx, "neg", tierlimit.ErrInvalidLimit},
-		{ctx, "huge", tierlimit.ErrInvalidLimit},
-		{nil, "k", tierlimit.ErrInvalidOption},
-	} {
-		if _, _, err := c.TryAcquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("TryAcquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-		if _, err := c.Acquire(tt.ctx, tt.key); !errors.Is(err, tt.want) {
-			t.Errorf("Acquire(%.10q) = %v, want %v", tt.key, err, tt.want)
-		}
-	}
-	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
-	defer cancel()
-	if _, err := c.Acquire(past, "k"); err != context.DeadlineExceeded {
-		t.Errorf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
-	}
-	c.Close()
-	c.Close()
-	if _, _, err := c.TryAcquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
-	}
-	if _, err := c.Acquire(ctx, "k"); err != tierlimit.ErrClosed {
-		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
-	}
+	permittest.InvalidKeys(t, c)
+	permittest.PastDeadlineClose(t, c)
 }
 
 // TestPermitWake: a Release in this process wakes a waiter at once,
@@ -238,249 +192,34 @@ func TestPermitWake(t *testing.T) {
 // blocks, and leaves no goroutine behind.
 func TestPermitCloseRace(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
-	before := runtime.NumGoroutine()
-	for range 5 {
+	permittest.CloseRace(t, func() permittest.Limiter {
 		c, _ := NewConcurrency(rdb, 2, WithPermitTTL(MinPermitTTL))
-		var wg sync.WaitGroup
-		for i := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				for j := range 20 {
-					var p tierlimit.Permit
-					var err error
-					if (i+j)%2 == 0 {
-						p, err = c.Acquire(ctx, "k")
-					} else {
-						p, _, err = c.TryAcquire(ctx, "k")
-					}
-					if err != nil && err != tierlimit.ErrClosed {
-						t.Errorf("call racing Close = %v, want nil or ErrClosed", err)
-					}
-					if err != nil && p.Valid() {
-						t.Errorf("call racing Close = %v with a permit %#v, want the zero Permit", err, p)
-						p = tierlimit.Permit{}
-					}
-					if p.Valid() {
-						p.Release()
-						p.Release()
-					}
-				}
-			}()
-		}
-		time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
-		c.Close()
-		wg.Wait()
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after Close, want at most %d", n, before)
-	}
+		return c
+	}, false)
 }
 
 // The fleet: members are this test binary run again as OS processes
 // (TestPermitMember), each with 32 goroutines holding permits of one
 // key for 1-50 ms, each checking a counter in Redis the test owns.
 
-const memberEnv = "TIERLIMIT_CONCURRENCY_MEMBER"
-
-type memberSpec struct {
-	Addr     string
-	N        int64
-	TTL      time.Duration
-	Duration time.Duration
-	Hold     bool // hold N permits and sleep until killed
-}
-
-type memberReport struct {
-	Acquired, Over int64
-	Errors         []string
-}
-
-func TestPermitMember(t *testing.T) {
-	raw := os.Getenv(memberEnv)
-	if raw == "" {
-		t.Skip("run as a fleet member only")
-	}
-	var spec memberSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
-	opts := []ConcurrencyOption{}
-	if spec.TTL != 0 {
-		opts = append(opts, WithPermitTTL(spec.TTL))
-	}
-	c, err := NewConcurrency(rdb, spec.N, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if spec.Hold {
-		for range spec.N {
-			if _, ok, err := c.TryAcquire(context.Background(), "k"); !ok || err != nil {
-				t.Fatalf("TryAcquire = %v, %v", ok, err)
-			}
+// permitTier makes remote's limiters for permittest's fleet.
+var permitTier = permittest.Tier{
+	New: func(rdb *redis.Client, n int64, ttl time.Duration) (permittest.Limiter, error) {
+		opts := []ConcurrencyOption{}
+		if ttl != 0 {
+			opts = append(opts, WithPermitTTL(ttl))
 		}
-		fmt.Println("held")
-		time.Sleep(time.Minute)
-	}
-	rep := runMember(c, rdb, spec.N, spec.Duration)
-	c.Close()
-	out, _ := json.Marshal(rep)
-	fmt.Println(string(out))
+		return NewConcurrency(rdb, n, opts...)
+	},
 }
 
-// runMember runs 32 goroutines on c until d has passed.
-func runMember(c tierlimit.Concurrency, rdb *redis.Client, n int64, d time.Duration) memberReport {
-	var rep memberReport
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 10_000 && time.Now().Before(end); i++ {
-				ctx, cancel := context.WithDeadline(context.Background(), end)
-				p, err := c.Acquire(ctx, "k")
-				cancel()
-				if err != nil {
-					if !errors.Is(err, context.DeadlineExceeded) {
-						mu.Lock()
-						rep.Errors = append(rep.Errors, err.Error())
-						mu.Unlock()
-					}
-					return
-				}
-				in := rdb.Incr(context.Background(), "inflight").Val()
-				mu.Lock()
-				rep.Acquired++
-				if in > n {
-					rep.Over++
-				}
-				mu.Unlock()
-				time.Sleep(time.Duration(1+rand.N(50)) * time.Millisecond)
-				rdb.Decr(context.Background(), "inflight")
-				p.Release()
-			}
-		}()
-	}
-	wg.Wait()
-	return rep
-}
+func TestPermitMember(t *testing.T) { permittest.Member(t, permitTier) }
 
-// startMember runs this binary as a fleet member.
-func startMember(t *testing.T, spec memberSpec) *exec.Cmd {
-	t.Helper()
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPermitMember$", "-test.v")
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	return cmd
-}
-
-func TestPermitFleet(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, tt := range []struct {
-		n int64
-		d time.Duration
-	}{{1, 2 * time.Second}, {5, 3 * time.Second}} {
-		t.Run(fmt.Sprint(tt.n), func(t *testing.T) {
-			srv.Client(t).Del(context.Background(), "inflight")
-			spec := memberSpec{Addr: srv.Client(t).Options().Addr, N: tt.n, Duration: tt.d}
-			var wg sync.WaitGroup
-			reports := make([]memberReport, 3)
-			for i := range reports {
-				cmd := startMember(t, spec)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out, err := cmd.Output()
-					if err != nil {
-						t.Errorf("member %d: %v", i, err)
-						return
-					}
-					reports[i] = lastReport(t, out)
-				}()
-			}
-			wg.Wait()
-			var acquired int64
-			for i, r := range reports {
-				if r.Over != 0 || len(r.Errors) != 0 {
-					t.Errorf("member %d: %d acquisitions found more than %d in flight, errors %v; want none", i, r.Over, tt.n, r.Errors)
-				}
-				acquired += r.Acquired
-			}
-			// n permits held 25.5 ms on average: about 39·n a second if no
-			// time is lost between holders.
-			if min := 10 * tt.n * int64(tt.d/time.Second); acquired < min {
-				t.Errorf("fleet acquired %d permits in %v, want at least %d", acquired, tt.d, min)
-			}
-			t.Logf("fleet acquired %d permits of N = %d in %v", acquired, tt.n, tt.d)
-		})
-	}
-}
-
-// lastReport decodes a member's report, its last line that is JSON.
-func lastReport(t *testing.T, out []byte) memberReport {
-	t.Helper()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		var r memberReport
-		if json.Unmarshal([]byte(lines[i]), &r) == nil {
-			return r
-		}
-	}
-	t.Fatalf("member printed no report: %s", out)
-	return memberReport{}
-}
+func TestPermitFleet(t *testing.T) { permittest.Fleet(t) }
 
 // TestPermitKilledHolder: a SIGKILLed holder's permits are free within
 // TTL plus one renewal interval.
-func TestPermitKilledHolder(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	const n, ttl = 3, 300 * time.Millisecond
-	cmd := startMember(t, memberSpec{Addr: rdb.Options().Addr, N: n, TTL: ttl, Hold: true})
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() // on every path: it would sleep a minute
-	lines := bufio.NewScanner(out)
-	for lines.Scan() && lines.Text() != "held" {
-	}
-	if lines.Text() != "held" {
-		cmd.Process.Kill()
-		t.Fatalf("member said %q, want held", lines.Text())
-	}
-	c, _ := NewConcurrency(rdb, n, WithPermitTTL(ttl))
-	defer c.Close()
-	time.Sleep(ttl) // the member renews meanwhile
-	if _, ok, _ := c.TryAcquire(context.Background(), "k"); ok {
-		t.Fatal("TryAcquire while the member holds every permit = true, want false")
-	}
-	cmd.Process.Kill()
-	killed := time.Now()
-	cmd.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for i := range n {
-		if _, err := c.Acquire(ctx, "k"); err != nil {
-			t.Fatalf("Acquire %d after the kill: %v", i, err)
-		}
-	}
-	if d, bound := time.Since(killed), ttl+ttl/3+100*time.Millisecond; d > bound {
-		t.Errorf("the killed holder's %d permits were free after %v, want within %v (TTL + a renewal + 100 ms)", n, d, bound)
-	} else {
-		t.Logf("free %v after the kill", d)
-	}
-}
+func TestPermitKilledHolder(t *testing.T) { permittest.KilledHolder(t, permitTier) }
 
 // TestPermitCluster: on a Redis Cluster, keys of any bytes take permits
 // (one key's state on one slot), and renewals, one pipeline over every
@@ -540,12 +279,12 @@ func TestPermitMisconfigured(t *testing.T) {
 func BenchmarkPermit(b *testing.B) {
 	ctx := context.Background()
 	rdb := redistest.Start(b).Client(b)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	c, _ := NewConcurrency(rdb, 1<<20)
 	defer c.Close()
 	b.ReportAllocs()
-	before := calls.n.Load()
+	before := calls.Load()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			p, ok, err := c.TryAcquire(ctx, "k")
@@ -555,7 +294,7 @@ func BenchmarkPermit(b *testing.B) {
 			p.Release()
 		}
 	})
-	b.ReportMetric(float64(calls.n.Load()-before)/float64(b.N), "calls/op")
+	b.ReportMetric(float64(calls.Load()-before)/float64(b.N), "calls/op")
 }
 
 func TestPermitObserver(t *testing.T) {
@@ -587,7 +326,7 @@ func TestPermitObserver(t *testing.T) {
 func TestPermitRenewalRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
-	calls := &countCalls{}
+	calls := &callcount.Trips{}
 	rdb.AddHook(calls)
 	const ttl = 300 * time.Millisecond // a tick every 100 ms
 	c, _ := NewConcurrency(rdb, 3, WithPermitTTL(ttl))
@@ -599,9 +338,9 @@ func TestPermitRenewalRoundTrips(t *testing.T) {
 			}
 		}
 	}
-	before := calls.n.Load()
+	before := calls.Load()
 	time.Sleep(5 * ttl / 3) // 5 ticks
-	got := calls.n.Load() - before
+	got := calls.Load() - before
 	if got < 4 || got > 6 {
 		t.Errorf("%d round trips over 5 renewal ticks of 40 permits on 20 keys, want 4 to 6 (one per tick)", got)
 	}

@@ -41,3 +41,24 @@ func (h *Hook) count(cmd redis.Cmder) {
 		h.n.Add(1)
 	}
 }
+
+// Trips is a go-redis hook counting round trips: every command, and a
+// pipeline once. Add it with client.AddHook. It is safe for concurrent
+// use.
+type Trips struct{ n atomic.Int64 }
+
+// Load returns the round trips counted so far.
+func (h *Trips) Load() int64 { return h.n.Load() }
+
+// DialHook passes dials through.
+func (h *Trips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook counts a command.
+func (h *Trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+
+// ProcessPipelineHook counts a pipeline once.
+func (h *Trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}

@@ -1,5 +1,7 @@
 package permit
 
+import "math"
+
 // Slab holds the records of a limiter's permits out: each has an index
 // (the permit's id, or part of it) and a generation, so that a permit
 // released twice, or a copy released after its index went to another
@@ -73,6 +75,15 @@ func (s *Slab[T]) Take(idx uint32, gen uint64) (v T, ok bool) {
 		}
 	}
 	return v, true
+}
+
+// TakeID is Take for a permit's whole id: one over 32 bits was never
+// given, and takes nothing.
+func (s *Slab[T]) TakeID(id, gen uint64) (v T, ok bool) {
+	if id > math.MaxUint32 {
+		return v, false
+	}
+	return s.Take(uint32(id), gen)
 }
 
 // Len returns the number of records, free ones below the top included.
