@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -112,10 +110,7 @@ func TestStoppedProcessIsNotAnOutage(t *testing.T) {
 	}
 	for range 3 { // the timers of a stop do not always fire before the replies are read
 		time.Sleep(300 * time.Millisecond)
-		cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep 0.4; kill -CONT %d", os.Getpid(), os.Getpid()))
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("stopping this process: %v", err)
-		}
+		stopSelf(t, 400*time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)

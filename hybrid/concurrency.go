@@ -12,6 +12,7 @@ import (
 	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/outage"
 	"github.com/tierlimit/tierlimit/internal/permit"
+	"github.com/tierlimit/tierlimit/internal/pulse"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -198,6 +199,7 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 		return nil, check.Named("hybrid", err)
 	}
 	c.guard = outage.New(c.cfg.budget, c.cfg.threshold, c.cfg.probe)
+	pulse.Start() // the guard's silences less the process's own stalls; Close stops it
 	c.fleetKey = store.PermitFleetKey(c.cfg.prefix, n)
 	c.live.Store(1)
 	c.wg.Add(1)
@@ -286,6 +288,7 @@ func (c *Concurrency) Close() error {
 	close(c.done)
 	c.mu.Unlock()
 	c.wg.Wait()
+	defer pulse.Stop()
 	if c.guard.Down() {
 		return nil // the blocks expire with their TTL
 	}

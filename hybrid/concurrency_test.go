@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -585,5 +587,58 @@ func TestPermitForgets(t *testing.T) {
 	}
 	if n := rdb.Keys(ctx, store.DefaultPrefix+"cc:*").Val(); len(n) != 0 {
 		t.Errorf("Redis keeps %d permit keys, want 0", len(n))
+	}
+}
+
+// TestPermitStoppedProcess stops this whole process 3 times for 400 ms
+// while its callers take and give back permits from a healthy Redis, with
+// default options and go-redis's default client: the process's own stall
+// must not open the breaker, whose share would hand out permits beside
+// the other instances' blocks (over N).
+func TestPermitStoppedProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	c, err := NewConcurrency(rdb, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Many keys: most acquisitions call Redis for a block.
+				if p, ok, _ := c.TryAcquire(ctx, fmt.Sprint("k", g, ":", i%300)); ok {
+					p.Release()
+				}
+			}
+		})
+	}
+	for range 3 {
+		time.Sleep(300 * time.Millisecond)
+		stopSelf(t, 400*time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if s := c.Stats(); s.Fallback != 0 {
+		t.Errorf("%d permits from the share while Redis answered; stats %+v", s.Fallback, s)
+	}
+}
+
+// stopSelf has a shell stop this process for d and continue it.
+func stopSelf(t *testing.T, d time.Duration) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %.3f; kill -CONT %d", os.Getpid(), d.Seconds(), os.Getpid()))
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("stopping this process: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit/internal/pulse"
 )
 
 // stallBudgets is how long, in call budgets, Redis must have been silent
@@ -50,12 +51,15 @@ func (g *Guard) stall() time.Duration {
 }
 
 // silent returns how long Redis has been silent for a call that started
-// at start. It is called with g.mu held.
+// at start, less the time the process could not run meanwhile
+// (internal/pulse; its user runs the beat): a starved process's own stall
+// is not Redis's silence. It is called with g.mu held.
 func (g *Guard) silent(now, start time.Time) time.Duration {
-	if start.After(g.heard) {
-		return now.Sub(start)
+	since := g.heard
+	if start.After(since) {
+		since = start
 	}
-	return now.Sub(g.heard)
+	return now.Sub(since) - pulse.LostSince(since)
 }
 
 // New returns a Guard for calls of budget that opens after threshold

@@ -23,10 +23,18 @@ var beat struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	clock sync.Mutex // last and lost, read together
+	clock sync.Mutex // last, lost and past, read together
 	last  int64      // ns of the last beat, 0 when none runs
 	lost  int64      // ns lost so far: beats that came more than a period late
+	past  [history]sample
+	next  int // past's slot for the next beat
 }
+
+// history is how many beats LostSince remembers: 5 s of them.
+const history = 1024
+
+// sample is a beat: its time and what was lost up to it.
+type sample struct{ at, lost int64 }
 
 // Start counts a user of the beat, starting it for the first. Each Start
 // needs a Stop.
@@ -78,6 +86,8 @@ func run(stop, done chan struct{}) {
 				beat.lost += late
 			}
 			beat.last = now
+			beat.past[beat.next] = sample{now, beat.lost}
+			beat.next = (beat.next + 1) % history
 			beat.clock.Unlock()
 		}
 	}
@@ -91,6 +101,37 @@ func run(stop, done chan struct{}) {
 func Lost() time.Duration {
 	beat.clock.Lock()
 	defer beat.clock.Unlock()
+	return lostNow()
+}
+
+// LostSince returns what the process has lost since t, as far as the
+// last 5 s of beats tell (t older than that: since the oldest beat they
+// remember).
+func LostSince(t time.Time) time.Duration {
+	at := t.UnixNano()
+	beat.clock.Lock()
+	defer beat.clock.Unlock()
+	now := lostNow()
+	// The latest beat at or before t, walking back from the newest.
+	base := time.Duration(-1)
+	for i := 1; i <= history; i++ {
+		b := beat.past[(beat.next-i+history)%history]
+		if b.at == 0 {
+			break
+		}
+		base = time.Duration(b.lost)
+		if b.at <= at {
+			break
+		}
+	}
+	if base < 0 {
+		return 0
+	}
+	return now - base
+}
+
+// lostNow is Lost with beat.clock held.
+func lostNow() time.Duration {
 	now := time.Now().UnixNano()
 	lost := beat.lost
 	if beat.last != 0 {

@@ -90,3 +90,23 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("%d goroutines after the last Stop, want %d", got, before)
 	}
 }
+
+// TestLostSince: what was lost since an instant before a 300 ms stop
+// counts it; since an instant after, it does not.
+func TestLostSince(t *testing.T) {
+	Start()
+	defer Stop()
+	time.Sleep(3 * Period)
+	before := time.Now()
+	time.Sleep(3 * Period)
+	stopSelf(t, 300*time.Millisecond)
+	time.Sleep(3 * Period)
+	after := time.Now()
+	time.Sleep(3 * Period)
+	if got := LostSince(before); got < 250*time.Millisecond || got > 5*time.Second {
+		t.Errorf("LostSince(before the stop) = %v, want about 300 ms", got)
+	}
+	if got := LostSince(after); got > 100*time.Millisecond {
+		t.Errorf("LostSince(after the stop) = %v, want about 0", got)
+	}
+}
