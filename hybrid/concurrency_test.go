@@ -605,30 +605,12 @@ func TestPermitStoppedProcess(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// Many keys: most acquisitions call Redis for a block.
-				if p, ok, _ := c.TryAcquire(ctx, fmt.Sprint("k", g, ":", i%300)); ok {
-					p.Release()
-				}
-			}
-		})
-	}
-	for range 3 {
-		time.Sleep(300 * time.Millisecond)
-		stopSelf(t, 400*time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stopped(t, func(g, i int) {
+		// Many keys: most acquisitions call Redis for a block.
+		if p, ok, _ := c.TryAcquire(ctx, fmt.Sprint("k", g, ":", i%300)); ok {
+			p.Release()
+		}
+	})
 	if s := c.Stats(); s.Fallback != 0 {
 		t.Errorf("%d permits from the share while Redis answered; stats %+v", s.Fallback, s)
 	}
