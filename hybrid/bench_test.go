@@ -14,21 +14,28 @@ import (
 // plenty never runs out during a benchmark: every call takes the lease path.
 var plenty = tierlimit.Limit{Rate: 1_000_000, Period: 1e9, Burst: 1 << 40}
 
-// BenchmarkAllowLease is the hot path: a hot key whose lease always holds
-// tokens. Compare with BenchmarkXRate (golang.org/x/time/rate, one limiter).
-func BenchmarkAllowLease(b *testing.B) {
+// hotKey returns a limiter of plenty whose key "hot" holds a lease, on a
+// miniredis the benchmark closes.
+func hotKey(b *testing.B) *Limiter {
 	m := miniredis.RunT(b)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	b.Cleanup(func() { rdb.Close() })
 	l, err := New(rdb, plenty)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	ctx := context.Background()
+	b.Cleanup(func() { l.Close() })
 	for i := 0; i < 1000; i++ {
-		l.Allow(ctx, "hot")
+		l.Allow(context.Background(), "hot")
 	}
+	return l
+}
+
+// BenchmarkAllowLease is the hot path: a hot key whose lease always holds
+// tokens. Compare with BenchmarkXRate (golang.org/x/time/rate, one limiter).
+func BenchmarkAllowLease(b *testing.B) {
+	l := hotKey(b)
+	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		if r, _ := l.Allow(ctx, "hot"); !r.Allowed {
@@ -51,18 +58,8 @@ func BenchmarkXRate(b *testing.B) {
 // AllowAtMost, one token at most and eight: its bar is AllowN's cost
 // within 10%.
 func BenchmarkAllowAtMostLease(b *testing.B) {
-	m := miniredis.RunT(b)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
-	l, err := New(rdb, plenty)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l := hotKey(b)
 	ctx := context.Background()
-	for i := 0; i < 1000; i++ {
-		l.Allow(ctx, "hot")
-	}
 	for _, n := range []int64{1, 8} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			b.ReportAllocs()

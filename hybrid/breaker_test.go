@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/pulse/pulsetest"
 	"github.com/tierlimit/tierlimit/internal/redistest"
 )
 
@@ -123,7 +124,7 @@ func stopped(t *testing.T, work func(g, i int)) {
 	}
 	for range 3 {
 		time.Sleep(300 * time.Millisecond)
-		stopSelf(t, 400*time.Millisecond)
+		pulsetest.StopSelf(t, 400*time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)

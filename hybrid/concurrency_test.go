@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -613,14 +611,5 @@ func TestPermitStoppedProcess(t *testing.T) {
 	})
 	if s := c.Stats(); s.Fallback != 0 {
 		t.Errorf("%d permits from the share while Redis answered; stats %+v", s.Fallback, s)
-	}
-}
-
-// stopSelf has a shell stop this process for d and continue it.
-func stopSelf(t *testing.T, d time.Duration) {
-	t.Helper()
-	cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %.3f; kill -CONT %d", os.Getpid(), d.Seconds(), os.Getpid()))
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("stopping this process: %v", err)
 	}
 }

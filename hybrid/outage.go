@@ -82,7 +82,7 @@ func (l *limiter) fall(key string, p *policy, n, most int64) (tierlimit.Result, 
 		return res, 0, err
 	}
 	got := n
-	if more := min(most-n, res.Remaining); more > 0 && l.cfg.failureMode == FailFallback {
+	if more := min(most-n, res.Remaining); more > 0 { // FailOpen's Result holds 0: n alone
 		one[0].N = more
 		if again, err := l.fallAll(one[:], []*policy{p}); err == nil && again.Allowed {
 			res, got = again, got+more

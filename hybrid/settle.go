@@ -196,13 +196,6 @@ func (l *limiter) giveToRedis(e *entry, d int64) {
 	}
 }
 
-// knownShort reports whether Redis is known to hold too few tokens for
-// e's key at now (blocked, or in debt), a key the LimitFunc bars aside.
-func knownShort(e *entry, now int64) bool {
-	until := e.blockedUntil.Load()
-	return until != bar && now < until
-}
-
 // takeFromRedis takes d tokens from e's bucket in one call: what the
 // bucket lacks is its debt, down to minus its capacity (store.Claim.Debt).
 // If the call fails, e owes d, charged when Redis answers again as the

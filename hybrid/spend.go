@@ -73,7 +73,7 @@ func (l *limiter) spend(e *entry, n, most int64, src tierlimit.Source) (tierlimi
 		}
 		return l.record(barredPolicy, barred(), e.stripe), 0, true
 	}
-	if n == 0 && until != 0 && l.now() < until {
+	if n == 0 && until != 0 && knownShort(e, l.now()) {
 		// A peek at a key Redis is short on (in debt, it is denied): Redis
 		// answers it.
 		return tierlimit.Result{}, 0, false
@@ -113,6 +113,13 @@ func (l *limiter) spend(e *entry, n, most int64, src tierlimit.Source) (tierlimi
 		ResetAfter: pol.limit.RefillTime(pol.capacity - remaining),
 		Source:     src,
 	}, got, true
+}
+
+// knownShort reports whether Redis is known to hold too few tokens for
+// e's key at now (blocked, or in debt), a key the LimitFunc bars aside.
+func knownShort(e *entry, now int64) bool {
+	until := e.blockedUntil.Load()
+	return until != bar && now < until
 }
 
 // blocked returns a denial from src while Redis is known to hold fewer than

@@ -51,7 +51,6 @@ func TestBudgetModel(t *testing.T) {
 		tierlimit.PerDay(1_000_003),
 		tierlimit.PerSecond(10_000_000_000).WithBurst(3_000_000_007),
 	}
-	ctx := context.Background()
 	for _, alg := range algorithms[:2] {
 		for li, limit := range limits {
 			t.Run(fmt.Sprintf("%s/%v", alg.name, limit), func(t *testing.T) {
@@ -77,33 +76,12 @@ func TestBudgetModel(t *testing.T) {
 						}
 						return rng.Int64N(c + 1)
 					}
-					var got, want tierlimit.Result
-					var granted, wantGranted int64
-					var err error
 					op := rng.IntN(3)
-					switch op {
-					case 0:
-						n := cost()
-						got, err = l.AllowN(ctx, "k", n)
-						want = model.Decide(now, n)
-					case 1:
-						charged, used := cost(), cost()
-						got, err = l.Settle(ctx, "k", charged, used)
-						want, _ = model.Settle(now, limit, charged, used)
-					case 2:
-						n := 1 + rng.Int64N(2*c)
-						granted, got, err = l.AllowAtMost(ctx, "k", n)
-						wantGranted, want, _ = model.DecideAtMost(now, limit, n)
+					a, b := cost(), cost()
+					if op == 2 {
+						a = 1 + rng.Int64N(2*c)
 					}
-					if err != nil {
-						t.Fatalf("step %d, op %d: %v", step, op, err)
-					}
-					want.Source = tierlimit.SourceRemote
-					if got != want || granted != wantGranted {
-						k, u := model.Level(now)
-						t.Fatalf("step %d at +%v, op %d: got %d, %+v; model (level %d + %d units) %d, %+v",
-							step, now.Sub(t0), op, granted, got, k, u, wantGranted, want)
-					}
+					budgetStep(t, l, model, now, limit, op, a, b, fmt.Sprintf("step %d at +%v", step, now.Sub(t0)))
 				}
 			})
 		}
@@ -620,7 +598,6 @@ func TestBudgetModelLimitChanges(t *testing.T) {
 		tierlimit.PerSecond(7).WithBurst(2),
 		{Rate: 40, Period: 3 * time.Second},
 	}
-	ctx := context.Background()
 	m, rdb := redistest.Mini(t)
 	cur := limits[0]
 	l := newBudget(t, ctor(NewTokenBucket), rdb, tierlimit.PerSecond(1000),
@@ -641,33 +618,42 @@ func TestBudgetModelLimitChanges(t *testing.T) {
 			}
 		}
 		c := cur.Capacity()
-		var got, want tierlimit.Result
-		var granted, wantGranted int64
-		var err error
 		op := rng.IntN(3)
-		switch op {
-		case 0:
-			n := rng.Int64N(c + 1)
-			got, err = l.AllowN(ctx, "k", n)
-			want, _ = model.DecideLimit(now, cur, n)
-		case 1:
-			charged, used := rng.Int64N(c+1), rng.Int64N(c+1)
-			got, err = l.Settle(ctx, "k", charged, used)
-			want, _ = model.Settle(now, cur, charged, used)
-		case 2:
-			n := 1 + rng.Int64N(2*c)
-			granted, got, err = l.AllowAtMost(ctx, "k", n)
-			wantGranted, want, _ = model.DecideAtMost(now, cur, n)
+		a, b := rng.Int64N(c+1), rng.Int64N(c+1)
+		if op == 2 {
+			a = 1 + rng.Int64N(2*c)
 		}
-		if err != nil {
-			t.Fatalf("step %d, op %d: %v", step, op, err)
-		}
-		want.Source = tierlimit.SourceRemote
-		if got != want || granted != wantGranted {
-			k, u := model.Level(now)
-			t.Fatalf("step %d at +%v under %v, op %d: got %d, %+v; model (level %d + %d units) %d, %+v",
-				step, now.Sub(t0), cur, op, granted, got, k, u, wantGranted, want)
-		}
+		budgetStep(t, l, model, now, cur, op, a, b, fmt.Sprintf("step %d at +%v under %v", step, now.Sub(t0), cur))
+	}
+}
+
+// budgetStep makes op on l's key "k" at now (0: AllowN(a); 1: Settle(a, b);
+// 2: AllowAtMost(a)), and the same on model under lim, and fails t, naming
+// the step by where, unless both answer alike to the µs.
+func budgetStep(t *testing.T, l budget, model *xrate.Bucket, now time.Time, lim tierlimit.Limit, op int, a, b int64, where string) {
+	t.Helper()
+	ctx := context.Background()
+	var got, want tierlimit.Result
+	var granted, wantGranted int64
+	var err error
+	switch op {
+	case 0:
+		got, err = l.AllowN(ctx, "k", a)
+		want, _ = model.DecideLimit(now, lim, a)
+	case 1:
+		got, err = l.Settle(ctx, "k", a, b)
+		want, _ = model.Settle(now, lim, a, b)
+	case 2:
+		granted, got, err = l.AllowAtMost(ctx, "k", a)
+		wantGranted, want, _ = model.DecideAtMost(now, lim, a)
+	}
+	if err != nil {
+		t.Fatalf("%s, op %d: %v", where, op, err)
+	}
+	want.Source = tierlimit.SourceRemote
+	if got != want || granted != wantGranted {
+		k, u := model.Level(now)
+		t.Fatalf("%s, op %d: got %d, %+v; model (level %d + %d units) %d, %+v", where, op, granted, got, k, u, wantGranted, want)
 	}
 }
 

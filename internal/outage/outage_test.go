@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tierlimit/tierlimit/internal/pulse"
+	"github.com/tierlimit/tierlimit/internal/pulse/pulsetest"
 )
 
 func TestGuard(t *testing.T) {
@@ -69,5 +71,35 @@ func TestGuardLate(t *testing.T) {
 	g.Done(time.Now(), nil)
 	if g.Down() {
 		t.Errorf("Down() = true after an answer, want false")
+	}
+}
+
+// TestGuardStoppedProcess: calls whose budgets ran out while this process
+// was stopped for 400 ms (their replies waiting, unread) are not Redis's
+// silence: the process lost that time itself (internal/pulse). A silence
+// that lasts after the process runs again still counts.
+func TestGuardStoppedProcess(t *testing.T) {
+	pulse.Start()
+	defer pulse.Stop()
+	time.Sleep(3 * pulse.Period)
+	const budget = 10 * time.Millisecond
+	g := New(budget, 3, time.Hour)
+	start := time.Now()
+	g.Done(start, nil) // Redis answered just now
+	pulsetest.StopSelf(t, 400*time.Millisecond)
+	for range 3 {
+		g.Late(start)
+		g.Done(start, context.DeadlineExceeded)
+	}
+	if g.Down() {
+		t.Fatalf("Down() after three calls over their budget during a 400 ms stop of the process, want false (stall %v)", g.stall())
+	}
+	// Redis silent for 10 budgets more, the process running: an outage.
+	time.Sleep(10 * budget)
+	for range 3 {
+		g.Late(start)
+	}
+	if !g.Down() {
+		t.Errorf("Down() after three calls over their budget in 100 ms of silence, the process running: false, want true")
 	}
 }

@@ -2,22 +2,12 @@ package pulse
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
 	"testing"
 	"time"
-)
 
-// stopSelf has a shell stop this process for d and continue it, as a
-// starved CPU or a suspended VM would: every goroutine stands still.
-func stopSelf(t *testing.T, d time.Duration) {
-	t.Helper()
-	cmd := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep %.3f; kill -CONT %d", os.Getpid(), d.Seconds(), os.Getpid()))
-	if err := cmd.Run(); err != nil {
-		t.Skipf("cannot stop this process with sh and kill: %v", err)
-	}
-}
+	"github.com/tierlimit/tierlimit/internal/pulse/pulsetest"
+)
 
 // TestLostCountsAStop: a 300 ms stop of the whole process is counted lost,
 // once the beat runs again and before it does.
@@ -26,7 +16,7 @@ func TestLostCountsAStop(t *testing.T) {
 	defer Stop()
 	time.Sleep(3 * Period)
 	before := Lost()
-	stopSelf(t, 300*time.Millisecond)
+	pulsetest.StopSelf(t, 300*time.Millisecond)
 	if got := Lost() - before; got < 250*time.Millisecond || got > 5*time.Second {
 		t.Errorf("Lost moved %v over a 300 ms stop, read at once; want about 300 ms", got)
 	}
@@ -62,7 +52,7 @@ func TestLostNeverGoesBack(t *testing.T) {
 			}
 		}()
 	}
-	stopSelf(t, 50*time.Millisecond)
+	pulsetest.StopSelf(t, 50*time.Millisecond)
 	time.Sleep(10 * Period)
 	close(done)
 	for range 4 {
@@ -99,7 +89,7 @@ func TestLostSince(t *testing.T) {
 	time.Sleep(3 * Period)
 	before := time.Now()
 	time.Sleep(3 * Period)
-	stopSelf(t, 300*time.Millisecond)
+	pulsetest.StopSelf(t, 300*time.Millisecond)
 	time.Sleep(3 * Period)
 	after := time.Now()
 	time.Sleep(3 * Period)
