@@ -224,6 +224,7 @@ func (l *limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 	e.remote.Store(res.Remaining)
 	e.demand.Store(0)
 	e.lastClaim.Store(now)
+	e.stallClaim.Store(l.stalled.at(now))
 	if granted > 0 {
 		l.stats.leased.Add(granted)
 		e.lastSize.Store(granted)
@@ -279,28 +280,45 @@ func (l *limiter) land(e *entry, n int64) {
 // and is refilled in the background, before the janitor would refund it.
 //
 // Demand is what callers asked for since the last claim (spend counts
-// arrivals), not what was decided, so that a lease does not shrink because
-// its own round trips slowed the decisions. A key asked at least
-// steadyAsks times per lease TTL gets at least a floor lease, a
-// leaseFloorShare of the largest: its lease then lasts for several calls
-// and is refilled in the background (spend's low) rather than claimed by
-// a caller at each call; with fewer tokens, a slow spell that made every
-// call claim would make the leases small enough to keep it so.
+// arrivals), not what was decided, over the time since the claim in which
+// the limiter did not keep its callers waiting on Redis (active): a loop
+// over 10,000 keys that each claim asks each key once per 10,000 round
+// trips, and would otherwise size its leases for that, claim again at each
+// call, and stay that slow. A key asked at least steadyAsks times per lease
+// TTL gets at least a floor lease, a leaseFloorShare of the largest: its
+// lease then lasts for several calls and is refilled in the background
+// (spend's low) rather than claimed by a caller at each call.
 func (l *limiter) size(e *entry, lo int64, now int64) int64 {
 	p := e.policy()
 	want := p.minLease
-	if last := e.lastClaim.Load(); last > 0 && now > last {
-		perNs := float64(e.demand.Load()) / float64(now-last)
+	if perNs, ok := l.demand(e, now); ok {
 		want = int64(perNs*float64(l.cfg.refillInterval)) + 1
-		if now-last < int64(l.cfg.leaseTTL) {
+		if now-e.lastClaim.Load() < int64(l.cfg.leaseTTL) {
 			ceiling := int64(perNs*float64(l.cfg.leaseTTL/2)) + 1
 			want = max(want, min(2*e.lastSize.Load(), ceiling))
-			if perNs*float64(l.cfg.leaseTTL) >= steadyAsks {
-				want = max(want, p.maxLease/leaseFloorShare)
-			}
+		}
+		if steady(perNs, l.cfg.leaseTTL) {
+			want = max(want, p.maxLease/leaseFloorShare)
 		}
 	}
 	return max(lo, min(max(want, p.minLease), p.maxLease))
+}
+
+// demand returns e's key's demand since its last claim, in tokens per ns
+// of the time the limiter did not keep its callers waiting (active), and
+// false before its first claim.
+func (l *limiter) demand(e *entry, now int64) (float64, bool) {
+	last := e.lastClaim.Load()
+	if last <= 0 || now <= last {
+		return 0, false
+	}
+	return float64(e.demand.Load()) / float64(l.active(last, e.stallClaim.Load(), now)), true
+}
+
+// steady reports whether a demand of perNs tokens per ns asks at least
+// steadyAsks per lease TTL.
+func steady(perNs float64, ttl time.Duration) bool {
+	return perNs*float64(ttl) >= steadyAsks
 }
 
 // steadyAsks and leaseFloorShare set size's floor: a key asked at least

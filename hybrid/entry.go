@@ -38,6 +38,7 @@ type entry struct {
 	lost       atomic.Bool                   // a claim's call failed without a reply since e's last refund: the ledger may hold tokens for e that e never got
 	expires    atomic.Int64                  // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64                  // ns of the last claim
+	stallClaim atomic.Int64                  // the stall clock at the last claim (see size)
 	refillDone atomic.Pointer[chan struct{}] // a refill is queued or running; closed when it is done
 	fb         atomic.Pointer[fallback]      // the key's bucket in the last outage (mode FailFallback)
 	owed       atomic.Int64                  // tokens fallbacks admitted that Redis was not yet charged

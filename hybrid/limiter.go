@@ -60,6 +60,7 @@ type limiter struct {
 	waits   wait.Lines // WaitN's callers, in line per key
 	refills chan *entry
 	stats   counters
+	stalled stalls // callers kept waiting on claims (see size)
 
 	// The fleet: this instance's id, the Redis key of the fleet and the
 	// number of live instances last seen (1 until a heartbeat answers).

@@ -95,6 +95,41 @@ func (l *limiter) refillAll(batch []*entry) {
 		func(e *entry, c store.Claim, g store.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
 }
 
+// renew claims, in the background, for the leases among entries that would
+// expire before the janitor's next round while their keys are still asked
+// steadily (at least steadyAsks times per lease TTL since their last
+// claim): the claim extends the lease, where the janitor would refund it
+// and the key's next caller would claim and wait, once per key per lease
+// TTL. A lease whose key is asked rarely, or that ran dry (its key then
+// claims, or a background refill did), expires. A renewal tops the lease up
+// to the size its demand asks for, one token at least.
+func (l *limiter) renew(entries []*entry) {
+	if l.brk.open() {
+		return // no lease grows while Redis is away
+	}
+	now := l.now()
+	soon := now + int64(l.cfg.leaseTTL/4)
+	var todo []*entry
+	for _, e := range entries {
+		if exp := e.expires.Load(); exp <= now || exp > soon || e.tokens.Load() <= 0 {
+			continue
+		}
+		if e.policy().maxLease == 1 || e.evicted.Load() || e.stale.Load() || e.blockedUntil.Load() > now {
+			continue // exact mode, dropped, forgotten, or blocked: nothing to renew
+		}
+		if perNs, _ := l.demand(e, now); steady(perNs, l.cfg.leaseTTL) && l.reask(e, now) {
+			todo = append(todo, e)
+		}
+	}
+	for len(todo) > 0 {
+		batch := todo[:min(len(todo), refillBatch)]
+		todo = todo[len(batch):]
+		l.claimAll("refill", batch,
+			func(e *entry) store.Claim { return l.claimOf(e, 1, max(1, l.size(e, 1, now)-e.tokens.Load())) },
+			func(e *entry, c store.Claim, g store.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
+	}
+}
+
 // claimAll claims what claimFor says for each entry of todo, in one
 // pipelined round trip (op), holding their key locks (in order) so that no
 // Reset interleaves, and hands each grant to got.

@@ -27,6 +27,7 @@ func (l *limiter) janitor() {
 			return
 		case <-t.C:
 			entries := l.keys.holding()
+			l.renew(entries)
 			_ = l.refund(l.collect(time.Unix(0, l.now()), false, entries), false)
 			l.chargeBack(entries)
 		}

@@ -34,25 +34,6 @@ func (l *limiter) spent(e *entry, n, left int64) {
 	l.low(e, left)
 }
 
-// expiring asks for a background refill of e's lease when it expires
-// within a quarter of the lease TTL: a key still asked then renews its
-// lease off the callers' path, where the janitor would refund it and the
-// key's next caller would claim and wait. spend calls it at some arrivals
-// only (the 1st, 2nd, 4th, ... and every expiryCheck-th since the claim):
-// a clock read at every decision would cost more than the rest of it.
-func (l *limiter) expiring(e *entry) {
-	if e.policy().maxLease == 1 {
-		return // exact mode: a lease is one token, claimed by its caller
-	}
-	if exp := e.expires.Load(); exp > 0 && l.now() > exp-int64(l.cfg.leaseTTL/4) {
-		l.refill(e)
-	}
-}
-
-// expiryCheck is how many arrivals apart, beyond the powers of two, spend
-// checks whether a lease is expiring.
-const expiryCheck = 64
-
 // low asks for a background refill of e's lease when what it holds, left,
 // is down to a quarter of the last grant.
 func (l *limiter) low(e *entry, left int64) {
@@ -90,9 +71,7 @@ func (l *limiter) spend(e *entry, n, most int64, src tierlimit.Source) (tierlimi
 		if most > n {
 			ask = min(most, e.policy().capacity) // AllowAtMost's: see claimInto
 		}
-		if d := e.demand.Add(ask); d&(d-1) == 0 || d%expiryCheck == 0 {
-			l.expiring(e)
-		}
+		e.demand.Add(ask)
 	}
 	got, left, ok := e.take(n, most)
 	if !ok {
