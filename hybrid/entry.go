@@ -113,9 +113,11 @@ func (t *table) exit(h uint64)       { t.gate.Exit(h) }
 // find returns key's entry (h is keyHash(key)), if it has one that is
 // neither evicted nor stale.
 func (t *table) find(key string, h uint64) (*entry, bool) {
-	slot := t.hot.Slot(h)
-	if e := slot.Load(); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
-		return e, true
+	set, tag := t.hot.Set(h)
+	for i := range front.Ways {
+		if e := set.Load(i, tag); e != nil && e.key == key && !e.evicted.Load() && !e.stale.Load() {
+			return e, true
+		}
 	}
 	if !t.enter(h) {
 		return nil, false
@@ -123,7 +125,7 @@ func (t *table) find(key string, h uint64) (*entry, bool) {
 	defer t.exit(h)
 	e, ok := t.cache.Get(key)
 	if ok {
-		slot.Store(e)
+		set.Store(tag, e)
 	}
 	return e, ok
 }

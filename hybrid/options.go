@@ -191,7 +191,7 @@ const maxMaxKeys = 1 << 24
 // from 1 to 2^24 (16,777,216). Each key held costs a few hundred bytes, and
 // New allocates about 96 bytes per key of the bound up front (ristretto's
 // admission counters, for the leases and for the fallback), and a front
-// table of 32 bytes per key, at most 512 KiB: memory is bounded whatever
+// table of 64 bytes per key, at most 1 MiB: memory is bounded whatever
 // number of distinct keys arrives. The live heap stays below n × 1 KiB +
 // 8 MiB (keys up to 64 bytes).
 func WithMaxKeys(n int64) Option {

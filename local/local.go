@@ -92,7 +92,7 @@ const maxMaxKeys = 1 << 24
 // WithMaxKeys bounds the number of keys held (default DefaultMaxKeys): from
 // 1 to 2^24 (16,777,216). New allocates about 48 bytes per key of the bound
 // up front (ristretto's admission counters), 768 MiB at the largest, and a
-// front table of 32 bytes per key, at most 512 KiB.
+// front table of 64 bytes per key, at most 1 MiB.
 func WithMaxKeys(n int64) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 || n > maxMaxKeys {
@@ -367,12 +367,14 @@ func (l *Limiter) Close() error {
 // returns an error wrapping tierlimit.ErrInvalidLimit when it would make
 // one of an invalid limit, and tierlimit.ErrClosed after Close.
 func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now time.Time) (*xrate.Bucket, error) {
-	slot := l.hot.Slot(h)
-	if e := slot.Load(); e != nil && e.key == key && !e.gone.Load() {
-		if front.Sampled(&e.uses) {
-			l.touch(key, h)
+	set, tag := l.hot.Set(h)
+	for i := range front.Ways {
+		if e := set.Load(i, tag); e != nil && e.key == key && !e.gone.Load() {
+			if front.Sampled(&e.uses) {
+				l.touch(key, h)
+			}
+			return &e.b, nil
 		}
-		return &e.b, nil
 	}
 	if !l.gate.Enter(h) {
 		return nil, tierlimit.ErrClosed
@@ -383,7 +385,7 @@ func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now time.T
 		return nil, err
 	}
 	if !e.gone.Load() {
-		slot.Store(e)
+		set.Store(tag, e)
 	}
 	return &e.b, nil
 }
