@@ -57,8 +57,8 @@ type limiter struct {
 	start time.Time
 	epoch int64
 
-	waits   wait.Lines // WaitN's callers, in line per key
-	refills chan *entry
+	waits   wait.Lines   // WaitN's callers, in line per key
+	queue   *refillQueue // the entries waiting for a background refill
 	stats   counters
 	stalled stalls // callers kept waiting on claims (see size)
 
@@ -172,7 +172,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		cfg:      cfg,
 		rdb:      rdb,
 		bucket:   bucket,
-		refills:  make(chan *entry, 1024),
+		queue:    newRefillQueue(),
 		done:     make(chan struct{}),
 		inline:   honoursDeadlines(rdb),
 		start:    time.Now(),

@@ -4,12 +4,20 @@ package hybrid
 
 import (
 	"context"
+	"sync"
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
-// refill asks a background worker to top up e's lease.
+// refill asks a background worker to top up e's lease. Each entry is
+// queued at most once at a time (refillDone), so the queue holds at most
+// one item per key and no request is dropped: a dropped request would be
+// asked again by the key's next spend, and on many keys whose leases run
+// low together, those requests (a channel made each) cost more than the
+// decisions (a probe of 10,000 keys in turn: 197,000 of 200,000 requests
+// of a round dropped by a queue of 1,024, and the keys then claimed on
+// their callers' path).
 func (l *limiter) refill(e *entry) {
 	if e.refillDone.Load() != nil {
 		return // queued or running
@@ -18,11 +26,7 @@ func (l *limiter) refill(e *entry) {
 	if !e.refillDone.CompareAndSwap(nil, &done) {
 		return
 	}
-	select {
-	case l.refills <- e:
-	default:
-		l.refilled(e) // workers busy: the next spend asks again
-	}
+	l.queue.push(e)
 }
 
 // refilled ends e's refill and wakes the callers waiting on it.
@@ -50,29 +54,68 @@ func (l *limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan struc
 // refillBatch is the most leases one background round trip refills.
 const refillBatch = 256
 
-// refiller tops up leases in the background: it takes every queued entry
-// (up to refillBatch) and claims for all of them in one pipelined round trip.
+// refillQueue is the entries waiting for a background refill. It is safe
+// for concurrent use.
+type refillQueue struct {
+	mu      sync.Mutex
+	waiting []*entry
+	wake    chan struct{} // holds a token while waiting may be non-empty
+}
+
+func newRefillQueue() *refillQueue { return &refillQueue{wake: make(chan struct{}, 1)} }
+
+// push queues e and wakes a worker.
+func (q *refillQueue) push(e *entry) {
+	q.mu.Lock()
+	q.waiting = append(q.waiting, e)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop moves up to refillBatch queued entries to batch and returns it; it
+// wakes another worker if more are left.
+func (q *refillQueue) pop(batch []*entry) []*entry {
+	q.mu.Lock()
+	n := min(len(q.waiting), refillBatch)
+	batch = append(batch[:0], q.waiting[:n]...)
+	rest := copy(q.waiting, q.waiting[n:])
+	clear(q.waiting[rest:])
+	q.waiting = q.waiting[:rest]
+	q.mu.Unlock()
+	if rest > 0 {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	return batch
+}
+
+// refiller tops up leases in the background: it takes queued entries (up
+// to refillBatch) and claims for all of them in one pipelined round trip,
+// until the queue is empty. When the limiter closes it ends the refills
+// still queued (their waiters decide on without them).
 func (l *limiter) refiller() {
 	defer l.wg.Done()
-	batch := make([]*entry, 0, refillBatch)
+	var batch []*entry
 	for {
 		select {
 		case <-l.done:
-			return
-		case e := <-l.refills:
-			batch = append(batch[:0], e)
-		more:
-			for len(batch) < refillBatch {
-				select {
-				case e := <-l.refills:
-					batch = append(batch, e)
-				default:
-					break more
+			for batch = l.queue.pop(batch); len(batch) > 0; batch = l.queue.pop(batch) {
+				for _, e := range batch {
+					l.refilled(e)
 				}
 			}
-			l.refillAll(batch)
-			for _, e := range batch {
-				l.refilled(e)
+			return
+		case <-l.queue.wake:
+			for batch = l.queue.pop(batch); len(batch) > 0; batch = l.queue.pop(batch) {
+				l.refillAll(batch)
+				for _, e := range batch {
+					l.refilled(e)
+				}
 			}
 		}
 	}
