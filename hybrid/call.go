@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -158,6 +159,8 @@ type latency struct {
 	mu           sync.Mutex
 	srtt, rttvar time.Duration
 	samples      int
+
+	rto atomic.Int64 // srtt + 4·rttvar, read without mu (see limiter.preclaim)
 }
 
 // maxStall bounds a stall: go-redis's default ReadTimeout, past which the
@@ -175,6 +178,7 @@ func (r *latency) add(d time.Duration) {
 		r.srtt = (7*r.srtt + d) / 8
 	}
 	r.samples++
+	r.rto.Store(int64(r.srtt + 4*r.rttvar))
 }
 
 // stall is how long a call of that timeout may be in flight before it

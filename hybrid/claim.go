@@ -290,6 +290,12 @@ func (l *limiter) land(e *entry, n int64) {
 // (spend's low) rather than claimed by a caller at each call.
 func (l *limiter) size(e *entry, lo int64, now int64) int64 {
 	p := e.policy()
+	if until := e.blockedUntil.Load(); until != 0 && until != bar {
+		// Redis ran short of the key at its last claim, and its callers'
+		// demand went uncounted while it was blocked (spend): its next
+		// lease is what Redis has accrued since, up to the largest.
+		return max(lo, p.maxLease)
+	}
 	want := p.minLease
 	if perNs, ok := l.demand(e, now); ok {
 		want = int64(perNs*float64(l.cfg.refillInterval)) + 1

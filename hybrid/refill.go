@@ -129,13 +129,21 @@ func (l *limiter) refillAll(batch []*entry) {
 	now := l.now()
 	var todo []*entry
 	for _, e := range batch {
-		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now && l.reask(e, now) {
+		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now+l.preclaim() && l.reask(e, now) {
 			todo = append(todo, e)
 		}
 	}
 	l.claimAll("refill", todo,
 		func(e *entry) store.Claim { return l.claimOf(e, 1, l.size(e, 1, now)) },
 		func(e *entry, c store.Claim, g store.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
+}
+
+// preclaim is how long before a blocked key's block ends its denials ask
+// for its next lease in the background (blocked): about as long as a call
+// to Redis takes to be answered (srtt plus four variations), at most half
+// a refill interval. A claim sent earlier finds fewer tokens accrued.
+func (l *limiter) preclaim() int64 {
+	return min(l.rtt.rto.Load(), int64(l.cfg.refillInterval/2))
 }
 
 // renew claims, in the background, for the leases among entries that would

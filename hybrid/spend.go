@@ -119,10 +119,16 @@ func (l *limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 		// would admit, so the caller claims the rest.
 		return tierlimit.Result{}, false
 	}
+	pol := e.policy()
+	if src == tierlimit.SourceBlocked && pol.maxLease > 1 && until-now <= l.preclaim() {
+		// The block ends within a round trip: the key's next lease is
+		// claimed in the background, to land about when it ends, rather
+		// than by the first caller after it, who would wait for it.
+		l.refill(e)
+	}
 	// The wait is for this caller's n tokens: until the block ends, and
 	// at least until what the lease lacks can have accrued in Redis since
 	// it last answered (G2).
-	pol := e.policy()
 	wait := max(time.Duration(until-now), pol.refillTime(need)-time.Duration(now-e.lastClaim.Load()))
 	return tierlimit.Result{
 		Limit:      pol.limit,
