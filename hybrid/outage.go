@@ -109,7 +109,7 @@ func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 	case FailClosed:
 		return l.record(p, p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), 0), nil
 	}
-	now := l.cfg.clock.Now()
+	now := time.Unix(0, l.now()) // the monotonic clock's, for the system clock
 	// The buckets are locked in key order, so that AllowAlls sharing keys
 	// cannot each hold one the other waits for. One key's (AllowN's) needs
 	// no allocation.

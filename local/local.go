@@ -130,10 +130,12 @@ type Limiter struct {
 	onDecision func(tierlimit.Decision)
 	onGiveBack func(tierlimit.GiveBack)
 
-	// The system clock, read as the monotonic time since start (now):
-	// time.Now reads the wall clock too (BenchmarkCompare).
+	// The system clock, read as the monotonic time since start, after
+	// epoch (nanos): time.Now reads the wall clock too, and a time.Time
+	// costs its building (BenchmarkCompare).
 	mono  bool
 	start time.Time
+	epoch int64
 
 	// stripes serialise the creation of a key's bucket, so that concurrent
 	// first calls share one bucket.
@@ -167,6 +169,7 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("local: %w: %v", tierlimit.ErrInvalidOption, err)
 	}
 	l := &Limiter{limitFunc: cfg.limitFunc, clock: cfg.clock, cache: cache, hot: front.New[entry](cfg.maxKeys), start: time.Now()}
+	l.epoch = l.start.UnixNano()
 	_, l.mono = cfg.clock.(tierlimit.SystemClock)
 	if o := cfg.observer; o != nil {
 		l.onDecision, l.onGiveBack = o.Decision, o.GiveBack
@@ -191,12 +194,12 @@ func gone(e *entry) {
 	}
 }
 
-// now reads the clock.
-func (l *Limiter) now() time.Time {
+// nanos reads the clock, in ns (time.Time.UnixNano).
+func (l *Limiter) nanos() int64 {
 	if l.mono {
-		return l.start.Add(time.Since(l.start))
+		return l.epoch + int64(time.Since(l.start))
 	}
-	return l.clock.Now()
+	return l.clock.Now().UnixNano()
 }
 
 func checkLimit(limit tierlimit.Limit) error {
@@ -266,12 +269,12 @@ func (l *Limiter) allowN(key string, n int64) (tierlimit.Result, error) {
 		}
 		return blocked, nil
 	}
-	now := l.now()
+	now := l.nanos()
 	b, err := l.bucket(key, xxhash.Sum64String(key), limit, now)
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
-	res, err := b.DecideLimit(now, limit, n)
+	res, err := b.DecideLimitNano(now, limit, n)
 	if err != nil {
 		return tierlimit.Result{}, keyError(key, err)
 	}
@@ -321,12 +324,12 @@ func (l *Limiter) allowAtMost(key string, n int64) (int64, tierlimit.Result, err
 	if limit == tierlimit.Blocked {
 		return 0, blocked, nil
 	}
-	now := l.now()
+	now := l.nanos()
 	b, err := l.bucket(key, xxhash.Sum64String(key), limit, now)
 	if err != nil {
 		return 0, tierlimit.Result{}, err
 	}
-	granted, res, err := b.DecideAtMost(now, limit, n)
+	granted, res, err := b.DecideAtMost(time.Unix(0, now), limit, n)
 	if err != nil {
 		return 0, tierlimit.Result{}, keyError(key, err)
 	}
@@ -366,7 +369,7 @@ func (l *Limiter) Close() error {
 // bucket returns key's bucket, made full under limit if key has none. It
 // returns an error wrapping tierlimit.ErrInvalidLimit when it would make
 // one of an invalid limit, and tierlimit.ErrClosed after Close.
-func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now time.Time) (*xrate.Bucket, error) {
+func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now int64) (*xrate.Bucket, error) {
 	set, tag := l.hot.Set(h)
 	for i := range front.Ways {
 		if e := set.Load(i, tag); e != nil && e.key == key && !e.gone.Load() {
@@ -401,7 +404,7 @@ func (l *Limiter) touch(key string, h uint64) {
 
 // entry returns key's entry in the cache, or a new one, full under limit,
 // that the cache is asked to hold. The caller is inside the gate.
-func (l *Limiter) entry(key string, h uint64, limit tierlimit.Limit, now time.Time) (*entry, error) {
+func (l *Limiter) entry(key string, h uint64, limit tierlimit.Limit, now int64) (*entry, error) {
 	if e, ok := l.cache.Get(key); ok && !e.gone.Load() {
 		return e, nil
 	}
@@ -415,7 +418,7 @@ func (l *Limiter) entry(key string, h uint64, limit tierlimit.Limit, now time.Ti
 		return e, nil
 	}
 	e := &entry{key: key}
-	e.b.Init(limit, now)
+	e.b.Init(limit, time.Unix(0, now))
 	// Set may be refused by the admission policy: the bucket then serves
 	// this call only, as if evicted at once (OnExit marks it gone).
 	if l.cache.Set(key, e, 1) {

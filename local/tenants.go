@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/tierlimit/tierlimit"
@@ -144,7 +145,7 @@ func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 	if isBlocked {
 		return blocked, nil
 	}
-	now := l.now()
+	now := l.nanos()
 	for i, t := range merged {
 		b, err := l.bucket(t.Key, xxhash.Sum64String(t.Key), xt[i].Limit, now)
 		if err != nil {
@@ -152,7 +153,7 @@ func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 		}
 		xt[i].Bucket = b
 	}
-	res, err := xrate.DecideAll(now, xt)
+	res, err := xrate.DecideAll(time.Unix(0, now), xt)
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("local: %w", err)
 	}
@@ -237,12 +238,12 @@ func (l *Limiter) settle(key string, charged, used int64) (tierlimit.Result, err
 		}
 		return blocked, nil
 	}
-	now := l.now()
+	now := l.nanos()
 	b, err := l.bucket(key, h, limit, now)
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
-	res, err := b.Settle(now, limit, charged, used)
+	res, err := b.Settle(time.Unix(0, now), limit, charged, used)
 	if err != nil {
 		return tierlimit.Result{}, keyError(key, err)
 	}

@@ -15,6 +15,12 @@ import (
 // tierlimit.ErrInvalidCost when n is outside [0, the limit's capacity];
 // b is then unchanged.
 func (b *Bucket) DecideLimit(now time.Time, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
+	return b.DecideLimitNano(now.UnixNano(), limit, n)
+}
+
+// DecideLimitNano is DecideLimit at now in ns (time.Time.UnixNano): a
+// caller that reads a monotonic clock in ns saves building a time.Time.
+func (b *Bucket) DecideLimitNano(now int64, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
 	b.mu.Lock()
 	if limit != b.limit || n < 0 || uint64(n) > b.cap {
 		return b.decideOther(now, limit, n)
@@ -29,7 +35,7 @@ func (b *Bucket) DecideLimit(now time.Time, limit tierlimit.Limit, n int64) (tie
 
 // decideOther is DecideLimit for a new limit or a bad cost. b.mu is held;
 // decideOther unlocks it.
-func (b *Bucket) decideOther(now time.Time, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
+func (b *Bucket) decideOther(now int64, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
 	defer b.mu.Unlock()
 	if err := b.check(limit, n); err != nil {
 		return tierlimit.Result{}, err
@@ -61,7 +67,8 @@ func (b *Bucket) check(limit tierlimit.Limit, n int64) error {
 // Result after the correction, Allowed, or an error wrapping
 // tierlimit.ErrInvalidLimit, or tierlimit.ErrInvalidCost when charged or
 // used is outside [0, the limit's capacity]; b is then unchanged.
-func (b *Bucket) Settle(now time.Time, limit tierlimit.Limit, charged, used int64) (tierlimit.Result, error) {
+func (b *Bucket) Settle(t time.Time, limit tierlimit.Limit, charged, used int64) (tierlimit.Result, error) {
+	now := t.UnixNano()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.check(limit, charged); err != nil {
@@ -85,7 +92,8 @@ func (b *Bucket) Settle(now time.Time, limit tierlimit.Limit, charged, used int6
 // DecideLimit. It returns an error wrapping tierlimit.ErrInvalidLimit, or
 // tierlimit.ErrInvalidCost for n outside [1, tierlimit.MaxRate]; b is
 // then unchanged.
-func (b *Bucket) DecideAtMost(now time.Time, limit tierlimit.Limit, n int64) (int64, tierlimit.Result, error) {
+func (b *Bucket) DecideAtMost(t time.Time, limit tierlimit.Limit, n int64) (int64, tierlimit.Result, error) {
+	now := t.UnixNano()
 	if err := check.AtMost(n); err != nil {
 		return 0, tierlimit.Result{}, err
 	}
@@ -126,7 +134,8 @@ type Take struct {
 // It returns an error wrapping tierlimit.ErrInvalidLimit or
 // tierlimit.ErrInvalidCost, as DecideLimit does, before it changes any
 // bucket.
-func DecideAll(now time.Time, takes []Take) (tierlimit.Result, error) {
+func DecideAll(t time.Time, takes []Take) (tierlimit.Result, error) {
+	now := t.UnixNano()
 	if len(takes) == 0 {
 		return tierlimit.Result{}, fmt.Errorf("%w: no takes", tierlimit.ErrInvalidCost)
 	}

@@ -30,7 +30,7 @@ type Bucket struct {
 	tokens uint64 // whole tokens, <= cap
 	owed   uint64 // whole tokens of debt (Settle), <= cap; tokens == 0 when owed > 0
 	rem    uint64 // units of the next token, < unit; 0 when tokens == cap
-	last   time.Time
+	last   int64  // ns, on the clock of the callers' times (time.Time.UnixNano)
 }
 
 // The level of a Bucket is tokens - owed + rem/unit tokens: from -cap
@@ -47,16 +47,18 @@ func New(limit tierlimit.Limit, now time.Time) *Bucket {
 // the capacity; at least 0).
 func NewWith(limit tierlimit.Limit, tokens int64, now time.Time) *Bucket {
 	b := new(Bucket)
-	b.init(limit, tokens, now)
+	b.init(limit, tokens, now.UnixNano())
 	return b
 }
 
 // Init makes b a full Bucket of limit at now, as New does, for a Bucket
 // held inside another value (one allocation for both). b must not be in
 // use yet.
-func (b *Bucket) Init(limit tierlimit.Limit, now time.Time) { b.init(limit, limit.Capacity(), now) }
+func (b *Bucket) Init(limit tierlimit.Limit, now time.Time) {
+	b.init(limit, limit.Capacity(), now.UnixNano())
+}
 
-func (b *Bucket) init(limit tierlimit.Limit, tokens int64, now time.Time) {
+func (b *Bucket) init(limit tierlimit.Limit, tokens int64, now int64) {
 	b.last = now
 	b.setLimit(limit)
 	b.tokens = uint64(max(0, min(tokens, limit.Capacity())))
@@ -78,7 +80,8 @@ func NewState(limit tierlimit.Limit, tokens, units int64, at time.Time) *Bucket 
 // Level returns the level of b at now: whole tokens, negative in debt
 // (down to minus the capacity), and units (of Unit per token) of the next:
 // the level is tokens + units/Unit.
-func (b *Bucket) Level(now time.Time) (tokens, units int64) {
+func (b *Bucket) Level(t time.Time) (tokens, units int64) {
+	now := t.UnixNano()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)
@@ -119,7 +122,8 @@ func (b *Bucket) Limit() tierlimit.Limit {
 // SetLimit makes b follow limit from now on: it keeps the tokens it holds
 // at now (capped at the new capacity), as x/time/rate's SetLimitAt and
 // SetBurstAt do, and the part of a token it has refilled.
-func (b *Bucket) SetLimit(now time.Time, limit tierlimit.Limit) {
+func (b *Bucket) SetLimit(t time.Time, limit tierlimit.Limit) {
+	now := t.UnixNano()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.follow(now, limit)
@@ -129,7 +133,7 @@ func (b *Bucket) SetLimit(now time.Time, limit tierlimit.Limit) {
 // the tokens it holds are kept, capped at the new capacity, and the part
 // of the next token is carried into the new units, rounded down. b.mu
 // must be held.
-func (b *Bucket) follow(now time.Time, limit tierlimit.Limit) {
+func (b *Bucket) follow(now int64, limit tierlimit.Limit) {
 	b.advance(now)
 	if limit == b.limit {
 		return
@@ -153,7 +157,8 @@ func (b *Bucket) follow(now time.Time, limit tierlimit.Limit) {
 // Decide takes n tokens at now if b holds them (n == 0 peeks, denied only
 // in debt; n above the capacity is denied) and returns the decision with its Remaining,
 // RetryAfter and ResetAfter, exact to the nanosecond of now.
-func (b *Bucket) Decide(now time.Time, n int64) tierlimit.Result {
+func (b *Bucket) Decide(t time.Time, n int64) tierlimit.Result {
+	now := t.UnixNano()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)
@@ -161,7 +166,7 @@ func (b *Bucket) Decide(now time.Time, n int64) tierlimit.Result {
 }
 
 // decide is Decide on a bucket advanced to now. b.mu must be held.
-func (b *Bucket) decide(now time.Time, n int64) tierlimit.Result {
+func (b *Bucket) decide(now int64, n int64) tierlimit.Result {
 	res := tierlimit.Result{Allowed: b.has(n), Limit: b.limit, Source: tierlimit.SourceLocal}
 	if res.Allowed {
 		b.tokens -= uint64(n)
@@ -176,7 +181,7 @@ func (b *Bucket) has(n int64) bool { return b.owed == 0 && (n == 0 || n > 0 && u
 
 // result fills in res's Remaining (0 in debt) and ResetAfter (which counts
 // the debt) from b at now.
-func (b *Bucket) result(now time.Time, res tierlimit.Result) tierlimit.Result {
+func (b *Bucket) result(now int64, res tierlimit.Result) tierlimit.Result {
 	res.Remaining = int64(b.tokens)
 	res.ResetAfter = b.wait(now, b.cap)
 	return res
@@ -186,15 +191,15 @@ func (b *Bucket) result(now time.Time, res tierlimit.Result) tierlimit.Result {
 // moves to (a fraction of a µs is carried), or, once b is full, to now: a
 // full bucket's refill starts when it is next taken from, not up to a µs
 // before. A clock behind last refills nothing.
-func (b *Bucket) advance(now time.Time) {
-	d := now.Sub(b.last) / time.Microsecond
+func (b *Bucket) advance(now int64) {
+	d := (now - b.last) / int64(time.Microsecond)
 	if d <= 0 {
-		if b.tokens >= b.cap && now.After(b.last) {
+		if b.tokens >= b.cap && now > b.last {
 			b.last = now
 		}
 		return
 	}
-	b.last = b.last.Add(d * time.Microsecond)
+	b.last += d * int64(time.Microsecond)
 	if b.tokens >= b.cap {
 		b.last = now
 		return
@@ -241,11 +246,10 @@ func (b *Bucket) micros(m uint64) uint64 {
 }
 
 // wait returns the time from now until b holds m tokens.
-func (b *Bucket) wait(now time.Time, m uint64) time.Duration {
+func (b *Bucket) wait(now int64, m uint64) time.Duration {
 	us := b.micros(m)
 	if us > uint64(math.MaxInt64/int64(time.Microsecond)) {
 		return math.MaxInt64
 	}
-	// last + us - now, without a Time.Add (a decision calls wait twice).
-	return max(0, time.Duration(us)*time.Microsecond-now.Sub(b.last))
+	return max(0, time.Duration(us)*time.Microsecond-time.Duration(now-b.last))
 }
