@@ -32,7 +32,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
 export TIERLIMIT_REQUIRE_REDIS=${TIERLIMIT_REQUIRE_REDIS:-1} # fail, don't skip, without redis-server
-BENCH=${BENCH:-BenchmarkCompare}
+BENCH=${BENCH:-'BenchmarkCompare$'} # not BenchmarkComparePaired, whose lines cmd/ratio cannot read
 out=results/${OUT:-all.txt}
 mkdir -p results
 
