@@ -44,6 +44,22 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) step(d time.Duration) { e.m.SetTime(e.clock.Add(d)) }
 
+// refilled waits until no background refill of l's is queued or in flight:
+// a test that steps the clock lets the refills its calls queued land first.
+func refilled(t testing.TB, l *Limiter) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		busy := false
+		l.keys.each(func(e *entry) { busy = busy || e.refillDone.Load() != nil })
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a background refill did not end within 5 s")
+		}
+	}
+}
+
 func (e *env) limiter(t testing.TB, limit tierlimit.Limit, opts ...Option) *Limiter {
 	t.Helper()
 	// A generous budget: under -race, miniredis calls can take longer than
@@ -515,7 +531,7 @@ func TestHotPathAllocs(t *testing.T) {
 		source tierlimit.Source
 	}{
 		// Leases of 2^20 tokens: the runs below neither drain one nor bring
-		// it down to a quarter, where a background refill would be queued.
+		// it down to half, where a background refill would be queued.
 		{"lease", tierlimit.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1 << 30},
 			[]Option{WithLeaseBounds(1<<20, 1<<20)}, tierlimit.SourceLocal},
 		{"known-blocked", tierlimit.PerHour(1), nil, tierlimit.SourceBlocked},

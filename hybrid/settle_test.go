@@ -29,9 +29,10 @@ func TestSettle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
-			// Leases of 20 tokens out of 100, which refill in an hour:
-			// the lease TTL refills none.
-			l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(20, 20))
+			// Leases of 30 tokens out of 100, which refill in an hour:
+			// the lease TTL refills none. No charge here leaves half a
+			// lease, which would queue a background refill.
+			l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(30, 30))
 			if r, err := l.AllowN(e.ctx, "k", tt.charged); err != nil || !r.Allowed {
 				t.Fatalf("AllowN(k, %d) = %+v, %v; want allowed", tt.charged, r, err)
 			}
@@ -66,10 +67,11 @@ func TestSettle(t *testing.T) {
 func TestSettleGiveBackPastTheLease(t *testing.T) {
 	e := newEnv(t)
 	l := e.limiter(t, tierlimit.PerHour(100), WithLeaseBounds(20, 20))
-	for range 3 { // claims of 20, 20 spent, 10 left in the lease
+	for range 3 { // leases of 20, 30 spent, 30 left in the lease (refilled at half)
 		if r, err := l.AllowN(e.ctx, "k", 10); err != nil || !r.Allowed {
 			t.Fatalf("AllowN(k, 10) = %+v, %v; want allowed", r, err)
 		}
+		refilled(t, l)
 	}
 	before := e.calls.Calls()
 	r, err := l.Settle(e.ctx, "k", 30, 4) // 26 back: more than a lease
