@@ -116,7 +116,6 @@ func TestSteadyKeyRenewsItsLease(t *testing.T) {
 	}
 }
 
-
 // TestBlockEndClaimedInBackground: a denial of a blocked key within a
 // round trip of the block's end (preclaim) claims the key's next lease in
 // the background, so that the first caller after the block decides in
