@@ -289,9 +289,7 @@ func TestForgottenClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
-				t.Fatalf("Allow = %+v, %v", r, err)
-			}
+			allowOnce(t, l)
 		}
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -320,6 +318,24 @@ func TestForgottenClose(t *testing.T) {
 	}
 	if want := limit.Capacity() - 20; r.Remaining != want {
 		t.Errorf("Redis holds %d of k after 20 admissions by dropped limiters, want %d: their leases went back", r.Remaining, want)
+	}
+}
+
+// allowOnce admits one call of key "k" on l, as a caller does: a denial
+// because Redis answered a claim later than the call budget (a loaded
+// machine: CI at a25f46c saw the first claim of a new limiter take longer
+// than 25 ms once) is retried after its RetryAfter, at most 20 times.
+func allowOnce(t *testing.T, l *hybrid.Limiter) {
+	t.Helper()
+	for try := 0; ; try++ {
+		r, err := l.Allow(context.Background(), "k")
+		if err == nil && r.Allowed {
+			return
+		}
+		if err != nil || r.Source != tierlimit.SourceFallback || try == 20 {
+			t.Fatalf("Allow = %+v, %v (try %d)", r, err, try)
+		}
+		time.Sleep(r.RetryAfter)
 	}
 }
 
