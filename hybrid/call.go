@@ -156,11 +156,11 @@ func answered(err error) bool {
 type latency struct {
 	floor time.Duration // the least stall: a few call budgets
 
-	mu           sync.Mutex
+	mu           sync.Mutex // srtt, rttvar and samples
 	srtt, rttvar time.Duration
 	samples      int
 
-	rto atomic.Int64 // srtt + 4·rttvar, read without mu (see limiter.preclaim)
+	rto atomic.Int64 // srtt + 4·rttvar as of the last add, read without mu
 }
 
 // maxStall bounds a stall: go-redis's default ReadTimeout, past which the
@@ -186,10 +186,7 @@ func (r *latency) add(d time.Duration) {
 // answers have lately taken (the smoothed time plus four variations), at
 // most maxStall.
 func (r *latency) stall(timeout time.Duration) time.Duration {
-	r.mu.Lock()
-	rto := r.srtt + 4*r.rttvar
-	r.mu.Unlock()
-	return max(timeout, min(max(r.floor, rto), maxStall))
+	return max(timeout, min(max(r.floor, time.Duration(r.rto.Load())), maxStall))
 }
 
 // learn remembers whether a call's outcome err means a misconfiguration:

@@ -223,8 +223,7 @@ func (l *limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 	l.keys.touch(e.key)
 	e.remote.Store(res.Remaining)
 	e.demand.Store(0)
-	e.lastClaim.Store(now)
-	e.stallClaim.Store(l.stalled.at(now))
+	l.claimed(e, now)
 	if granted > 0 {
 		l.stats.leased.Add(granted)
 		e.lastSize.Store(granted)
@@ -247,6 +246,18 @@ func (l *limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 	} else {
 		e.blockedUntil.Store(now + int64(l.blockFor(p, res)))
 	}
+}
+
+// applyGrant is apply for a claim of claimAll's: c's want, g's grant.
+func (l *limiter) applyGrant(e *entry, c store.Claim, g store.Grant) {
+	l.apply(e, c.Want, g.Granted, g.Result)
+}
+
+// claimed records that Redis answered a claim of e's at now: the time its
+// demand is measured from (size), on the wall clock and the stall clock.
+func (l *limiter) claimed(e *entry, now int64) {
+	e.lastClaim.Store(now)
+	e.stallClaim.Store(l.stalled.at(now))
 }
 
 // live reports whether a grant reached e less than a lease TTL ago and no

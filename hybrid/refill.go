@@ -104,21 +104,27 @@ func (l *limiter) refiller() {
 	for {
 		select {
 		case <-l.done:
-			for batch = l.queue.pop(batch); len(batch) > 0; batch = l.queue.pop(batch) {
-				for _, e := range batch {
-					l.refilled(e)
-				}
-			}
+			l.drain(batch, false)
 			return
 		case <-l.queue.wake:
-			for batch = l.queue.pop(batch); len(batch) > 0; batch = l.queue.pop(batch) {
-				l.refillAll(batch)
-				for _, e := range batch {
-					l.refilled(e)
-				}
-			}
+			batch = l.drain(batch, true)
 		}
 	}
+}
+
+// drain takes the queued entries, refillBatch at a time, until none is
+// left, refills them if claim is set, and ends their refills. It returns
+// batch's buffer for the next drain.
+func (l *limiter) drain(batch []*entry, claim bool) []*entry {
+	for batch = l.queue.pop(batch); len(batch) > 0; batch = l.queue.pop(batch) {
+		if claim {
+			l.refillAll(batch)
+		}
+		for _, e := range batch {
+			l.refilled(e)
+		}
+	}
+	return batch
 }
 
 // refillAll claims a lease top-up for each entry still worth refilling.
@@ -135,7 +141,7 @@ func (l *limiter) refillAll(batch []*entry) {
 	}
 	l.claimAll("refill", todo,
 		func(e *entry) store.Claim { return l.claimOf(e, 1, l.size(e, 1, now)) },
-		func(e *entry, c store.Claim, g store.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
+		l.applyGrant)
 }
 
 // preclaim is how long before a blocked key's block ends its denials ask
@@ -177,7 +183,7 @@ func (l *limiter) renew(entries []*entry) {
 		todo = todo[len(batch):]
 		l.claimAll("refill", batch,
 			func(e *entry) store.Claim { return l.claimOf(e, 1, max(1, l.size(e, 1, now)-e.tokens.Load())) },
-			func(e *entry, c store.Claim, g store.Grant) { l.apply(e, c.Want, g.Granted, g.Result) })
+			l.applyGrant)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // refundBatch is the most refunds sent in one pipeline.
 const refundBatch = 512
 
-// janitor refunds expired leases every quarter of the lease TTL.
+// janitor sweeps every quarter of the lease TTL.
 func (l *limiter) janitor() {
 	defer l.wg.Done()
 	t := time.NewTicker(l.cfg.leaseTTL / 4)
@@ -26,12 +26,19 @@ func (l *limiter) janitor() {
 		case <-l.done:
 			return
 		case <-t.C:
-			entries := l.keys.holding()
-			l.renew(entries)
-			_ = l.refund(l.collect(time.Unix(0, l.now()), false, entries), false)
-			l.chargeBack(entries)
+			l.sweep()
 		}
 	}
+}
+
+// sweep is the janitor's round: it renews the leases of steady keys that
+// would expire before the next round, refunds the expired ones, and
+// charges Redis what fallbacks admitted.
+func (l *limiter) sweep() {
+	entries := l.keys.holding()
+	l.renew(entries)
+	_ = l.refund(l.collect(time.Unix(0, l.now()), false, entries), false)
+	l.chargeBack(entries)
 }
 
 // refundHeld gives back the tokens of every lease expired at now (all of

@@ -233,8 +233,7 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 	l.stats.leased.Add(granted) // spent by the events settled
 	now := l.now()
 	e.remote.Store(res.Remaining)
-	e.lastClaim.Store(now)
-	e.stallClaim.Store(l.stalled.at(now))
+	l.claimed(e, now)
 	if debt := d - granted; debt > 0 {
 		// The bucket lacked debt tokens: it is at least that far below
 		// empty (down to minus its capacity), and no call is admitted

@@ -102,12 +102,7 @@ func TestSteadyKeyRenewsItsLease(t *testing.T) {
 					claimed = l.Stats().Remote
 				}
 				e.step(tc.every)
-				// The janitor's round, at the clock of the test.
-				entries := l.keys.holding()
-				l.renew(entries)
-				if err := l.refund(l.collect(e.clock.Now(), false, entries), false); err != nil {
-					t.Fatal(err)
-				}
+				l.sweep() // the janitor's round, at the clock of the test
 			}
 			s := l.Stats()
 			if got := s.Remote > claimed; got != tc.wantRemote {
@@ -150,11 +145,9 @@ func TestBlockEndClaimedInBackground(t *testing.T) {
 	if r, err := l.Allow(e.ctx, "k"); err != nil || r.Allowed || r.Source != tierlimit.SourceBlocked {
 		t.Fatalf("within a round trip of the block's end: %+v, %v; want denied in process", r, err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ent.refillDone.Load() != nil || ent.blockedUntil.Load() == until; {
-		if time.Now().After(deadline) {
-			t.Fatal("no background claim landed")
-		}
-		time.Sleep(time.Millisecond)
+	refilled(t, l)
+	if ent.blockedUntil.Load() == until {
+		t.Fatal("no background claim landed")
 	}
 	calls := e.calls.Calls()
 	e.step(time.Duration(until - l.now()))

@@ -82,9 +82,7 @@ func run(stop, done chan struct{}) {
 		case <-t.C:
 			beat.clock.Lock()
 			now := time.Now().UnixNano() // under the lock: Lost's readings then order with it
-			if late := now - beat.last - int64(Period); late > int64(Period) {
-				beat.lost += late
-			}
+			beat.lost += late(now)
 			beat.last = now
 			beat.past[beat.next] = sample{now, beat.lost}
 			beat.next = (beat.next + 1) % history
@@ -132,12 +130,17 @@ func LostSince(t time.Time) time.Duration {
 
 // lostNow is Lost with beat.clock held.
 func lostNow() time.Duration {
-	now := time.Now().UnixNano()
-	lost := beat.lost
-	if beat.last != 0 {
-		if late := now - beat.last - int64(Period); late > int64(Period) {
-			lost += late
-		}
+	if beat.last == 0 {
+		return time.Duration(beat.lost)
 	}
-	return time.Duration(lost)
+	return time.Duration(beat.lost + late(time.Now().UnixNano()))
+}
+
+// late returns how late a beat at now is, in ns, if it is more than a
+// period late (time lost), else 0. beat.clock is held.
+func late(now int64) int64 {
+	if d := now - beat.last - int64(Period); d > int64(Period) {
+		return d
+	}
+	return 0
 }
