@@ -223,3 +223,26 @@ func TestAllowAtMostPastTheLease(t *testing.T) {
 	}
 	e.closeAndAudit(t, l, 100, map[string]int64{"k": 100})
 }
+
+// TestExactModeLeasesNothing: in exact mode (leases of one token) a claim
+// of several tokens for one caller (AllowN(4), AllowAtMost) queues no
+// background refill: the instance holds none, and Redis holds what one
+// bucket would. (A refill landing after the claim made TestAllowAtMost see
+// Remaining 5 instead of 6 once, in a full -race run.)
+func TestExactModeLeasesNothing(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(10)) // Burst 10: leases of 1
+	if r, err := l.AllowN(e.ctx, "k", 4); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(k, 4) = %+v, %v; want allowed", r, err)
+	}
+	if got, _, err := l.AllowAtMost(e.ctx, "k", 3); err != nil || got != 3 {
+		t.Fatalf("AllowAtMost(k, 3) = %d, %v; want 3", got, err)
+	}
+	refilled(t, l)
+	if held := l.Stats().Held; held != 0 {
+		t.Errorf("exact mode holds %d tokens after its callers' claims, want 0", held)
+	}
+	if got := e.level(t, l, "k"); got != 3 {
+		t.Errorf("Redis holds %d, want 3 (10 - 7 taken)", got)
+	}
+}

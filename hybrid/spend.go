@@ -39,8 +39,10 @@ func (l *limiter) spent(e *entry, n, left int64) {
 // while the refill is queued and answered, and when it runs out first they
 // wait for the refill (a probe of 10,000 keys asked in turn beside a busy
 // loop: 11-27 such waits in a round of 0.5 s at a quarter, 5-23 at half).
+// Exact mode (leases of one token) refills nothing: a grant of several
+// tokens there is one caller's (AllowN(n), AllowAtMost), not a lease.
 func (l *limiter) low(e *entry, left int64) {
-	if size := e.lastSize.Load(); size > 1 && left <= size/2 {
+	if size := e.lastSize.Load(); size > 1 && left <= size/2 && e.policy().maxLease > 1 {
 		l.refill(e)
 	}
 }
