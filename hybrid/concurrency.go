@@ -83,6 +83,7 @@ type concKey struct {
 	out    int64     // permits given out and not yet released
 	held   int64     // permits Redis holds for this instance, as last told
 	block  int64     // of those, how many it may give out: held, less what it recorded over N
+	gen    uint64    // the breaker's outage count when Redis last told held: a block told before an outage is given from only once Redis confirms it
 	claim  *claim    // the call to Redis in flight for the key, if any
 	n      int64     // the key's number of permits, at its last acquisition
 	seq    uint64    // answers applied to block: a renewal applies only if none came since it was sent
@@ -412,13 +413,16 @@ func (c *Concurrency) forget(key string, k *concKey) {
 }
 
 // take gives a permit of k from its block or, while Redis is down, from
-// the instance's share. It is called with c.mu held, and releases it when
-// it returns a permit.
+// the instance's share. A block Redis told of before the breaker last
+// opened is not given from: Redis may have restarted empty meanwhile, and
+// a call (a claim, or the renewal that follows the outage) confirms it
+// first. It is called with c.mu held, and releases it when it returns a
+// permit.
 func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit, ok, fallback bool) {
-	switch {
-	case c.guard.Down() && k.out < c.share(n):
+	switch down, gen := c.guard.State(); {
+	case down && k.out < c.share(n):
 		fallback = true
-	case c.guard.Down(), k.out >= k.block:
+	case down, k.out >= k.block, k.gen != gen:
 		return p, false, false
 	}
 	k.out++
@@ -451,6 +455,7 @@ func (c *Concurrency) startClaim(k *concKey, n int64) *claim {
 // with c.mu held; the call's answer updates the block whenever it comes.
 func (c *Concurrency) setBlock(k *concKey, n, target int64, force bool, cl *claim) *claim {
 	k.claim = cl
+	_, gen := c.guard.State() // before the call: an outage while it is out leaves the answer unconfirmed
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -463,6 +468,7 @@ func (c *Concurrency) setBlock(k *concKey, n, target int64, force bool, cl *clai
 			// A record over N makes the key's total exceed it: what it
 			// exceeds by is not given out again, only back (settle).
 			k.held, k.block = count, max(0, count-max(0, total-n))
+			k.gen = gen
 			k.seq++
 		}
 		cl.err = err
@@ -491,6 +497,7 @@ func (c *Concurrency) maintain() {
 		cancel()
 	}
 	lastBeat, lastRenew := time.Now(), time.Now()
+	var renewed uint64 // the breaker's outage count at the last renewal that reached every block
 	for {
 		select {
 		case <-c.done:
@@ -500,9 +507,13 @@ func (c *Concurrency) maintain() {
 				lastBeat = now
 				c.beat()
 			}
-			if now.Sub(lastRenew) >= c.cfg.ttl/3 {
+			// After an outage the blocks are confirmed at once, not at the
+			// next renewal: until then they are not given from.
+			if down, gen := c.guard.State(); now.Sub(lastRenew) >= c.cfg.ttl/3 || !down && gen != renewed {
 				lastRenew = now
-				c.renew()
+				if c.renew(gen) {
+					renewed = gen
+				}
 			}
 			c.settle(now)
 		}
@@ -522,8 +533,10 @@ func (c *Concurrency) beat() {
 }
 
 // renew extends every block's TTL in one pipeline and learns what Redis
-// still holds for the instance.
-func (c *Concurrency) renew() {
+// still holds for the instance; a block it learns of is confirmed at gen,
+// the breaker's outage count before the call. It reports whether Redis
+// answered for every block.
+func (c *Concurrency) renew(gen uint64) bool {
 	type sent struct {
 		k   *concKey
 		seq uint64
@@ -539,7 +552,7 @@ func (c *Concurrency) renew() {
 	}
 	c.mu.Unlock()
 	if len(rs) == 0 {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ttl/3)
 	defer cancel()
@@ -548,17 +561,24 @@ func (c *Concurrency) renew() {
 	c.guard.Done(start, rs[0].Err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	all := true
 	for i, r := range rs {
 		k := ks[i].k
-		if r.Err != nil || k.seq != ks[i].seq || k.claim != nil {
+		if r.Err != nil {
+			all = false
 			continue
+		}
+		if k.seq != ks[i].seq || k.claim != nil {
+			continue // a newer answer, or one on its way, sets the block
 		}
 		if r.Counts[0] < k.held {
 			c.stats.Expired.Add(k.held - r.Counts[0])
 			k.held = r.Counts[0]
 			k.block = min(k.block, k.held)
 		}
+		k.gen = gen
 	}
+	return all
 }
 
 // settle records in Redis the permits out beyond what Redis holds for a

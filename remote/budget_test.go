@@ -405,13 +405,17 @@ func TestOverrunBound(t *testing.T) {
 
 // TestAllowAtMostConcurrent: 32 goroutines on 4 clients call AllowAtMost on
 // one key of a real Redis, on a client clock that does not move: every
-// algorithm grants one bucket (or window) in all, never more.
+// algorithm grants one bucket (or window) in all, never more. The limit is
+// per day so that the keys' TTLs, which Redis counts in real time, outlast
+// the test: a key granted 10 of 5000/s lives 2 ms, and when it expired
+// the frozen clock read a full bucket (5010 granted, which a moving clock
+// would have refilled too; CI at 57a4c46 saw 5044).
 func TestAllowAtMostConcurrent(t *testing.T) {
 	s := redistest.Start(t)
 	clock := clocktest.New(t0)
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
-			limit := tierlimit.PerSecond(5000)
+			limit := tierlimit.PerDay(5000)
 			var ls []tenanttest.Budget
 			for range 4 {
 				rdb := s.Client(t)

@@ -36,6 +36,7 @@ type Guard struct {
 	openUntil    time.Time // no call before, unless zero
 	heard        time.Time // Redis's last answer
 	srtt, rttvar time.Duration
+	outages      uint64 // times the breaker opened
 }
 
 // maxStall bounds the silence that counts as a stall: go-redis's default
@@ -87,6 +88,16 @@ func (g *Guard) Down() bool {
 	return g.failures >= g.threshold
 }
 
+// State returns Down and how many times the breaker has opened. What a
+// user learned from Redis before the last opening may be stale however
+// soon Redis answers again (a Redis restarted empty): it compares the
+// count with the one it read when Redis last told it.
+func (g *Guard) State() (down bool, outages uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failures >= g.threshold, g.outages
+}
+
 // Done records the outcome err of a call that started at start.
 func (g *Guard) Done(start time.Time, err error) {
 	g.mu.Lock()
@@ -121,6 +132,9 @@ func (g *Guard) Late(start time.Time) {
 
 func (g *Guard) fail(now time.Time) {
 	g.failures++
+	if g.failures == g.threshold {
+		g.outages++
+	}
 	if g.failures >= g.threshold {
 		g.openUntil = now.Add(g.probe)
 	}

@@ -20,13 +20,17 @@ func TestGuard(t *testing.T) {
 		silence  time.Duration // since Redis last answered
 		outcomes []error
 		wantDown bool
+		outages  uint64 // times the breaker opened
 	}{
-		{"answers", 0, []error{nil, nil, nil}, false},
-		{"error replies are answers", 0, []error{redis.Nil, redis.Nil, redis.Nil}, false},
-		{"refused thrice", 0, []error{refused, refused, refused}, true},
-		{"refused twice then an answer", 0, []error{refused, refused, nil}, false},
-		{"slow while Redis answers", 0, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, false},
-		{"deadlines while Redis is silent", 10 * budget, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, true},
+		{"answers", 0, []error{nil, nil, nil}, false, 0},
+		{"error replies are answers", 0, []error{redis.Nil, redis.Nil, redis.Nil}, false, 0},
+		{"refused thrice", 0, []error{refused, refused, refused}, true, 1},
+		{"refused twice then an answer", 0, []error{refused, refused, nil}, false, 0},
+		{"slow while Redis answers", 0, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, false, 0},
+		{"deadlines while Redis is silent", 10 * budget, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, true, 1},
+		{"probes failing keep one outage", 0, []error{refused, refused, refused, refused, refused}, true, 1},
+		{"open, answered, open again", 0, []error{refused, refused, refused, nil, refused, refused, refused}, true, 2},
+		{"open then answered", 0, []error{refused, refused, refused, nil}, false, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +45,9 @@ func TestGuard(t *testing.T) {
 			}
 			if got := g.Allow(); got == tt.wantDown {
 				t.Errorf("Allow() = %v, want %v", got, !tt.wantDown)
+			}
+			if down, outages := g.State(); down != tt.wantDown || outages != tt.outages {
+				t.Errorf("State() = %v, %d, want %v, %d", down, outages, tt.wantDown, tt.outages)
 			}
 		})
 	}
