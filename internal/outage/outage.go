@@ -35,6 +35,7 @@ type Guard struct {
 	failures     int       // consecutive, since the last answer
 	openUntil    time.Time // no call before, unless zero
 	heard        time.Time // Redis's last answer
+	closed       time.Time // when an answer last closed the open breaker
 	srtt, rttvar time.Duration
 	outages      uint64 // times the breaker opened
 }
@@ -105,6 +106,9 @@ func (g *Guard) Done(start time.Time, err error) {
 	now := time.Now()
 	switch {
 	case answered(err):
+		if g.failures >= g.threshold {
+			g.closed = now
+		}
 		g.failures, g.openUntil, g.heard = 0, time.Time{}, now
 		if d := now.Sub(start); g.srtt == 0 {
 			g.srtt, g.rttvar = d, d/2
@@ -115,7 +119,7 @@ func (g *Guard) Done(start time.Time, err error) {
 	case errors.Is(err, context.DeadlineExceeded) && g.silent(now, start) < g.stall():
 		// Slow while Redis answers: neither way.
 	default:
-		g.fail(now)
+		g.fail(now, start)
 	}
 }
 
@@ -126,11 +130,21 @@ func (g *Guard) Late(start time.Time) {
 	defer g.mu.Unlock()
 	now := time.Now()
 	if g.silent(now, start) >= g.stall() {
-		g.fail(now)
+		g.fail(now, start)
 	}
 }
 
-func (g *Guard) fail(now time.Time) {
+// fail counts a failure of a call that started at start, unless it
+// started before an answer closed the breaker: a call sent during an
+// outage that fails after Redis is back (go-redis's dial retries outlast
+// a restart) is news of the outage that ended, and three of them would
+// open the breaker on a Redis that answers, putting the instance on its
+// share beside instances leasing the whole of N (gobreaker drops such
+// outcomes the same way, by generation).
+func (g *Guard) fail(now, start time.Time) {
+	if start.Before(g.closed) {
+		return
+	}
 	g.failures++
 	if g.failures == g.threshold {
 		g.outages++

@@ -29,7 +29,7 @@ func TestGuard(t *testing.T) {
 		{"slow while Redis answers", 0, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, false, 0},
 		{"deadlines while Redis is silent", 10 * budget, []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded}, true, 1},
 		{"probes failing keep one outage", 0, []error{refused, refused, refused, refused, refused}, true, 1},
-		{"open, answered, open again", 0, []error{refused, refused, refused, nil, refused, refused, refused}, true, 2},
+		{"open, answered, then old calls fail", 0, []error{refused, refused, refused, nil, refused, refused, refused}, false, 1},
 		{"open then answered", 0, []error{refused, refused, refused, nil}, false, 1},
 	}
 	for _, tt := range tests {
@@ -50,6 +50,32 @@ func TestGuard(t *testing.T) {
 				t.Errorf("State() = %v, %d, want %v, %d", down, outages, tt.wantDown, tt.outages)
 			}
 		})
+	}
+}
+
+// TestGuardOldFailures: failures of calls sent before an answer closed
+// the breaker do not open it again; those sent after do.
+func TestGuardOldFailures(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Err: errors.New("connection refused")}
+	g := New(10*time.Millisecond, 3, time.Hour)
+	sent := time.Now()
+	for range 3 {
+		g.Done(sent, refused)
+	}
+	time.Sleep(time.Millisecond)
+	g.Done(time.Now(), nil)
+	for range 3 {
+		g.Done(sent, refused)
+		g.Late(sent)
+	}
+	if down, outages := g.State(); down || outages != 1 {
+		t.Fatalf("State() = %v, %d after failures of calls sent before the answer, want false, 1", down, outages)
+	}
+	for range 3 {
+		g.Done(time.Now(), refused)
+	}
+	if down, outages := g.State(); !down || outages != 2 {
+		t.Errorf("State() = %v, %d after three failures of calls sent since, want true, 2", down, outages)
 	}
 }
 
