@@ -135,7 +135,7 @@ func (l *limiter) refillAll(batch []*entry) {
 	now := l.now()
 	var todo []*entry
 	for _, e := range batch {
-		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now+l.preclaim() && l.reask(e, now) {
+		if !e.evicted.Load() && !e.stale.Load() && e.blockedUntil.Load() <= now+l.preclaim(e) && l.reask(e, now) {
 			todo = append(todo, e)
 		}
 	}
@@ -144,12 +144,18 @@ func (l *limiter) refillAll(batch []*entry) {
 		l.applyGrant)
 }
 
-// preclaim is how long before a blocked key's block ends its denials ask
-// for its next lease in the background (blocked): about as long as a call
-// to Redis takes to be answered (srtt plus four variations), at most half
-// a refill interval. A claim sent earlier finds fewer tokens accrued.
-func (l *limiter) preclaim() int64 {
-	return min(l.rtt.rto.Load(), int64(l.cfg.refillInterval/2))
+// preclaim is how long before e's block ends its denials ask for its next
+// lease in the background (blocked): about as long as a call to Redis
+// takes to be answered (srtt plus four variations), or an eighth of the
+// block if that is longer, at most half a refill interval. A key asked
+// less often than once per round trip would otherwise find its block
+// ended and wait for the claim itself (a Zipf draw over 10,000 keys: 440
+// to 1,000 of 2,000,000 decisions did, on keys asked about once per
+// 300 µs); a claim sent an eighth of the block early finds at most an
+// eighth fewer tokens accrued.
+func (l *limiter) preclaim(e *entry) int64 {
+	block := e.blockedUntil.Load() - e.lastClaim.Load()
+	return min(max(l.rtt.rto.Load(), block/8), int64(l.cfg.refillInterval/2))
 }
 
 // renew claims, in the background, for the leases among entries that would

@@ -125,8 +125,8 @@ func (l *limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 		return tierlimit.Result{}, false
 	}
 	pol := e.policy()
-	if src == tierlimit.SourceBlocked && pol.maxLease > 1 && until-now <= l.preclaim() {
-		// The block ends within a round trip: the key's next lease is
+	if src == tierlimit.SourceBlocked && pol.maxLease > 1 && until-now <= l.preclaim(e) {
+		// The block ends soon (preclaim): the key's next lease is
 		// claimed in the background, to land about when it ends, rather
 		// than by the first caller after it, who would wait for it.
 		l.refill(e)
