@@ -12,6 +12,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
+	"github.com/tierlimit/tierlimit/internal/store"
 	"golang.org/x/time/rate"
 )
 
@@ -189,4 +190,60 @@ func zipfKeys(space uint64, n int) []string {
 		keys[i] = "k" + strconv.FormatUint(z.Uint64(), 10)
 	}
 	return keys
+}
+
+// BenchmarkClaimServerCost measures what one lease claim costs Redis, the
+// cost that bounds hybrid on many keys when the server shares the
+// machine: each iteration is one pipelined batch of 256 claims of 100
+// tokens (the largest lease of compareLimit), one per key, as hybrid's
+// background refills send them, and server-ns/claim is the time Redis
+// spent running the batches (INFO commandstats) per claim. hybrid spends
+// about a claim per lease of tokens, so a key's decisions cost Redis this
+// divided by its lease size each.
+func BenchmarkClaimServerCost(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	st, err := store.New(rdb, store.TokenBucket, compareLimit, store.Config{Prefix: "bench:", Hold: 3 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 256
+	keys := make([]string, batch)
+	received := make([]int64, batch)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	gen := int64(0)
+	claim := func() {
+		gen++
+		claims := make([]store.Claim, batch)
+		for i := range claims {
+			claims[i] = store.Claim{Min: 1, Want: 100, Holder: "h" + keys[i], Gen: gen, Received: received[i], Live: gen > 1}
+		}
+		for i, g := range st.LeaseBatch(ctx, keys, claims) {
+			if g.Err != nil {
+				b.Fatal(g.Err)
+			}
+			received[i] += g.Granted
+		}
+	}
+	claim() // the script loaded, the keys made
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatalf("CONFIG RESETSTAT: %v", err)
+	}
+	n := 0
+	for b.Loop() {
+		claim()
+		n++
+	}
+	s, err := readScriptStats(ctx, rdb)
+	if err != nil {
+		b.Fatalf("INFO commandstats: %v", err)
+	}
+	if s.scripts < int64(n) {
+		b.Fatalf("Redis counted %d script calls, want at least %d", s.scripts, n)
+	}
+	b.ReportMetric(float64(s.usec)*1e3/float64(n*batch), "server-ns/claim")
+	b.ReportMetric(float64(b.Elapsed())/float64(n*batch), "ns/claim")
 }
