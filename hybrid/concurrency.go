@@ -55,6 +55,8 @@ type Concurrency struct {
 	fleetKey string
 	guard    *outage.Guard
 	live     atomic.Int64 // instances alive, at the last heartbeat
+	lost     atomic.Uint64 // heartbeats after the first that found the instance gone from the fleet (see epoch)
+	beaten   bool          // a heartbeat was answered; maintain's only
 	stats    permit.Stats // Waiting, Refused, Expired; the rest under mu
 	queue    permit.Queue
 	onPermit func(tierlimit.PermitDecision) // WithPermitObserver's, or nil
@@ -83,7 +85,7 @@ type concKey struct {
 	out    int64     // permits given out and not yet released
 	held   int64     // permits Redis holds for this instance, as last told
 	block  int64     // of those, how many it may give out: held, less what it recorded over N
-	gen    uint64    // the breaker's outage count when Redis last told held: a block told before an outage is given from only once Redis confirms it
+	gen    uint64    // the epoch when Redis last told held: a block told in an earlier epoch is given from only once Redis confirms it
 	claim  *claim    // the call to Redis in flight for the key, if any
 	n      int64     // the key's number of permits, at its last acquisition
 	seq    uint64    // answers applied to block: a renewal applies only if none came since it was sent
@@ -312,7 +314,7 @@ func (c *Concurrency) Close() error {
 			break // the rest expire with their TTL
 		}
 	}
-	_, _ = store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, true)
+	_, _, _ = store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, true)
 	return nil
 }
 
@@ -330,6 +332,17 @@ func (c *Concurrency) Stats() tierlimit.ConcurrencyStats {
 // check checks a call's input and returns the key's number of permits.
 func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
 	return permit.Check(ctx, "hybrid", c.isClosed.Load(), key, c.n, c.fn)
+}
+
+// epoch returns whether Redis is taken to be down, and the epoch: how many
+// times the breaker opened, plus how many heartbeats found this instance
+// gone from the fleet. Each is a time Redis may have lost the blocks
+// (restarted empty, failed over): a block told in an earlier epoch is not
+// given from until Redis confirms it. A restart go-redis's retries hide
+// opens no breaker; the heartbeat finds it within one interval.
+func (c *Concurrency) epoch() (down bool, epoch uint64) {
+	down, outages := c.guard.State()
+	return down, outages + c.lost.Load()
 }
 
 // share is the most an instance has out of a key of n permits while Redis
@@ -413,13 +426,13 @@ func (c *Concurrency) forget(key string, k *concKey) {
 }
 
 // take gives a permit of k from its block or, while Redis is down, from
-// the instance's share. A block Redis told of before the breaker last
-// opened is not given from: Redis may have restarted empty meanwhile, and
-// a call (a claim, or the renewal that follows the outage) confirms it
-// first. It is called with c.mu held, and releases it when it returns a
+// the instance's share. A block Redis told of in an earlier epoch (before
+// the breaker last opened, or a heartbeat found the instance gone) is not
+// given from: Redis may have restarted empty meanwhile, and a call (a
+// claim, or the renewal that follows) confirms it first. It is called with c.mu held, and releases it when it returns a
 // permit.
 func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit, ok, fallback bool) {
-	switch down, gen := c.guard.State(); {
+	switch down, gen := c.epoch(); {
 	case down && k.out < c.share(n):
 		fallback = true
 	case down, k.out >= k.block, k.gen != gen:
@@ -455,7 +468,7 @@ func (c *Concurrency) startClaim(k *concKey, n int64) *claim {
 // with c.mu held; the call's answer updates the block whenever it comes.
 func (c *Concurrency) setBlock(k *concKey, n, target int64, force bool, cl *claim) *claim {
 	k.claim = cl
-	_, gen := c.guard.State() // before the call: an outage while it is out leaves the answer unconfirmed
+	_, gen := c.epoch() // before the call: a new epoch while it is out leaves the answer unconfirmed
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -497,7 +510,7 @@ func (c *Concurrency) maintain() {
 		cancel()
 	}
 	lastBeat, lastRenew := time.Now(), time.Now()
-	var renewed uint64 // the breaker's outage count at the last renewal that reached every block
+	var renewed uint64 // the epoch of the last renewal that reached every block
 	for {
 		select {
 		case <-c.done:
@@ -507,9 +520,9 @@ func (c *Concurrency) maintain() {
 				lastBeat = now
 				c.beat()
 			}
-			// After an outage the blocks are confirmed at once, not at the
+			// In a new epoch the blocks are confirmed at once, not at the
 			// next renewal: until then they are not given from.
-			if down, gen := c.guard.State(); now.Sub(lastRenew) >= c.cfg.ttl/3 || !down && gen != renewed {
+			if down, gen := c.epoch(); now.Sub(lastRenew) >= c.cfg.ttl/3 || !down && gen != renewed {
 				lastRenew = now
 				if c.renew(gen) {
 					renewed = gen
@@ -525,16 +538,23 @@ func (c *Concurrency) beat() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.budget, time.Second))
 	defer cancel()
 	start := time.Now()
-	live, err := store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, false)
+	live, added, err := store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, false)
 	c.guard.Done(start, err)
-	if err == nil && live > 0 {
+	if err != nil {
+		return
+	}
+	if added && c.beaten {
+		c.lost.Add(1)
+	}
+	c.beaten = true
+	if live > 0 {
 		c.live.Store(live)
 	}
 }
 
 // renew extends every block's TTL in one pipeline and learns what Redis
 // still holds for the instance; a block it learns of is confirmed at gen,
-// the breaker's outage count before the call. It reports whether Redis
+// the epoch before the call. It reports whether Redis
 // answered for every block.
 func (c *Concurrency) renew(gen uint64) bool {
 	type sent struct {

@@ -318,6 +318,49 @@ func TestPermitBlockAfterRestart(t *testing.T) {
 	}
 }
 
+// TestPermitBlockAfterQuietRestart: Redis restarts empty while an
+// instance makes no call, so no call fails and its breaker never opens;
+// its next heartbeat finds it gone from the fleet, and it no longer gives
+// from the block it leased before: another instance takes all 6 from the
+// new Redis, and the first is refused.
+func TestPermitBlockAfterQuietRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	const n = 6
+	a, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour), WithPermitIdle(time.Minute))
+	defer a.Close()
+	var ps []tierlimit.Permit
+	for range n - 1 {
+		p, ok, err := a.TryAcquire(ctx, "k")
+		if err != nil || !ok {
+			t.Fatalf("TryAcquire before the restart = %v, %v, want a permit", ok, err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		p.Release()
+	}
+	srv.Restart(t)
+	for deadline := time.Now().Add(3 * DefaultHeartbeat); a.lost.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			break // the assertions below say what that means
+		}
+	}
+	if _, outages := a.guard.State(); outages != 0 {
+		t.Fatalf("the breaker opened %d times: the test wants a restart no call saw", outages)
+	}
+	b, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour))
+	defer b.Close()
+	for i := range n {
+		if _, ok, err := b.TryAcquire(ctx, "k"); err != nil || !ok {
+			t.Fatalf("TryAcquire %d on the other instance = %v, %v, want a permit", i+1, ok, err)
+		}
+	}
+	if _, ok, err := a.TryAcquire(ctx, "k"); err != nil || ok {
+		t.Errorf("TryAcquire after the restart with %d of %d out elsewhere = %v, %v, want refused (heartbeats that found the instance gone: %d)", n, n, ok, err, a.lost.Load())
+	}
+}
+
 // load runs 8 goroutines per instance acquiring key "k" for 1-50 ms each
 // until d has passed, checking a counter in Redis after each acquisition
 // against n. No caller may get an error but its deadline.

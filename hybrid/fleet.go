@@ -88,7 +88,7 @@ func (l *limiter) beat(leave bool, wait time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		var err error
-		n, err = store.Heartbeat(ctx, l.rdb, l.fleet, l.id, 3*l.cfg.heartbeat, leave)
+		n, _, err = store.Heartbeat(ctx, l.rdb, l.fleet, l.id, 3*l.cfg.heartbeat, leave)
 		return err
 	})
 	l.report(&ev)
