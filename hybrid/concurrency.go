@@ -54,10 +54,10 @@ type Concurrency struct {
 	id       string // this instance's holder id in every key's state
 	fleetKey string
 	guard    *outage.Guard
-	live     atomic.Int64 // instances alive, at the last heartbeat
+	live     atomic.Int64  // instances alive, at the last heartbeat
 	lost     atomic.Uint64 // heartbeats after the first that found the instance gone from the fleet (see epoch)
 	beaten   bool          // a heartbeat was answered; maintain's only
-	stats    permit.Stats // Waiting, Refused, Expired; the rest under mu
+	stats    permit.Stats  // Waiting, Refused, Expired; the rest under mu
 	queue    permit.Queue
 	onPermit func(tierlimit.PermitDecision) // WithPermitObserver's, or nil
 
