@@ -429,8 +429,8 @@ func (c *Concurrency) forget(key string, k *concKey) {
 // the instance's share. A block Redis told of in an earlier epoch (before
 // the breaker last opened, or a heartbeat found the instance gone) is not
 // given from: Redis may have restarted empty meanwhile, and a call (a
-// claim, or the renewal that follows) confirms it first. It is called with c.mu held, and releases it when it returns a
-// permit.
+// claim, or the renewal that follows) confirms it first. It is called
+// with c.mu held, and releases it when it returns a permit.
 func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit, ok, fallback bool) {
 	switch down, gen := c.epoch(); {
 	case down && k.out < c.share(n):
@@ -554,8 +554,8 @@ func (c *Concurrency) beat() {
 
 // renew extends every block's TTL in one pipeline and learns what Redis
 // still holds for the instance; a block it learns of is confirmed at gen,
-// the epoch before the call. It reports whether Redis
-// answered for every block.
+// the epoch before the call. It reports whether Redis answered for every
+// block.
 func (c *Concurrency) renew(gen uint64) bool {
 	type sent struct {
 		k   *concKey
