@@ -166,7 +166,14 @@ func checkBucket(t *testing.T, d tierlimit.Limiter, l tierlimit.Limit, clock *cl
 		t.Fatalf("AllowN(%d) on a full bucket = %v, remaining %d; want true, 1", c-1, res.Allowed, res.Remaining)
 	}
 	drained := time.Now() // before the drain's write, whose TTL counts from its arrival
-	if res := allowN(t, d, 1); !res.Allowed || res.Remaining != 0 {
+	res := allowN(t, d, 1)
+	if inRedis && res.Remaining == c-1 && time.Since(drained) >= p.wait(1)+time.Millisecond {
+		// The key of one token short lives p.wait(1) and a ms at least
+		// (lib.lua's ttl_ms); CI at 4e0c2b9 saw it gone on 7/1ms.
+		t.Logf("the bucket not checked further: %v of real time passed, and Redis expired its key, full after %v", time.Since(drained).Round(time.Microsecond), p.wait(1))
+		return
+	}
+	if !res.Allowed || res.Remaining != 0 {
 		t.Fatalf("AllowN(1) with 1 left = %v, remaining %d; want true, 0", res.Allowed, res.Remaining)
 	}
 	expired := func() bool {
@@ -191,7 +198,7 @@ func checkBucket(t *testing.T, d tierlimit.Limiter, l tierlimit.Limit, clock *cl
 	}
 	w := p.wait(m)
 	clock.Add(w - time.Microsecond)
-	res := allowN(t, d, m)
+	res = allowN(t, d, m)
 	if expired() {
 		return
 	}
