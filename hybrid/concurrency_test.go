@@ -265,99 +265,78 @@ func TestPermitOutage(t *testing.T) {
 }
 
 // TestPermitBlockAfterRestart: an instance that leased a block of 5 of 6
-// before Redis was killed does not give from it once Redis is back empty:
-// another instance takes all 6 from the new Redis, and the first is
-// refused, not given a seventh from a block Redis no longer holds.
-// Renewals are an hour apart, so only the confirmation that follows the
-// outage can find the block gone (CI at 57a4c46 saw TestPermitOutage's
-// fleet over N after a restart, until the next renewal).
+// before Redis restarted empty does not give from it afterwards: another
+// instance takes all 6 from the new Redis, and the first is refused, not
+// given a seventh from a block Redis no longer holds. Renewals are an hour
+// apart, so only the check that follows the restart can find the block
+// gone: the breaker's opening when calls saw Redis down (CI at 57a4c46
+// saw TestPermitOutage's fleet over N after a restart, until the next
+// renewal), or the heartbeat that finds the instance gone from the fleet
+// when no call saw it (go-redis's retries hide a quick restart).
 func TestPermitBlockAfterRestart(t *testing.T) {
-	srv := redistest.Start(t)
 	ctx := context.Background()
 	const n = 6
-	a, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour), WithPermitIdle(time.Minute))
-	defer a.Close()
-	var ps []tierlimit.Permit
-	for range n - 1 {
-		p, ok, err := a.TryAcquire(ctx, "k")
-		if err != nil || !ok {
-			t.Fatalf("TryAcquire before the outage = %v, %v, want a permit", ok, err)
-		}
-		ps = append(ps, p)
-	}
-	for _, p := range ps {
-		p.Release()
-	}
-	srv.Kill()
-	for deadline := time.Now().Add(5 * time.Second); !a.guard.Down(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the breaker did not open within 5 s of the kill")
-		}
-		if p, _, err := a.TryAcquire(ctx, "other"); err == nil {
-			p.Release()
-		}
-	}
-	srv.Restart(t)
-	for deadline := time.Now().Add(5 * time.Second); a.guard.Down(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the breaker did not close within 5 s of the restart")
-		}
-		if p, _, err := a.TryAcquire(ctx, "other"); err == nil {
-			p.Release()
-		}
-	}
-	b, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour))
-	defer b.Close()
-	for i := range n {
-		if _, ok, err := b.TryAcquire(ctx, "k"); err != nil || !ok {
-			t.Fatalf("TryAcquire %d on the other instance = %v, %v, want a permit: Redis holds the first one's old block", i+1, ok, err)
-		}
-	}
-	if _, ok, err := a.TryAcquire(ctx, "k"); err != nil || ok {
-		t.Errorf("TryAcquire after the restart with %d of %d out elsewhere = %v, %v, want refused", n, n, ok, err)
+	for _, tc := range []struct {
+		name    string
+		restart func(t *testing.T, srv *redistest.Server, a *Concurrency)
+	}{
+		{"breaker opened", func(t *testing.T, srv *redistest.Server, a *Concurrency) {
+			srv.Kill()
+			untilDown(t, a, true, "the breaker did not open within 5 s of the kill")
+			srv.Restart(t)
+			untilDown(t, a, false, "the breaker did not close within 5 s of the restart")
+		}},
+		{"no call saw it", func(t *testing.T, srv *redistest.Server, a *Concurrency) {
+			srv.Restart(t)
+			for deadline := time.Now().Add(3 * DefaultHeartbeat); a.lost.Load() == 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond) // the refusal below says what a timeout means
+			}
+			if _, outages := a.guard.State(); outages != 0 {
+				t.Fatalf("the breaker opened %d times: the case wants a restart no call saw", outages)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			a, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour), WithPermitIdle(time.Minute))
+			defer a.Close()
+			var ps []tierlimit.Permit
+			for range n - 1 {
+				p, ok, err := a.TryAcquire(ctx, "k")
+				if err != nil || !ok {
+					t.Fatalf("TryAcquire before the restart = %v, %v, want a permit", ok, err)
+				}
+				ps = append(ps, p)
+			}
+			for _, p := range ps {
+				p.Release()
+			}
+			tc.restart(t, srv, a)
+			b, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour))
+			defer b.Close()
+			for i := range n {
+				if _, ok, err := b.TryAcquire(ctx, "k"); err != nil || !ok {
+					t.Fatalf("TryAcquire %d on the other instance = %v, %v, want a permit: Redis holds the first one's old block", i+1, ok, err)
+				}
+			}
+			if _, ok, err := a.TryAcquire(ctx, "k"); err != nil || ok {
+				t.Errorf("TryAcquire after the restart with %d of %d out elsewhere = %v, %v, want refused (heartbeats that found the instance gone: %d)", n, n, ok, err, a.lost.Load())
+			}
+		})
 	}
 }
 
-// TestPermitBlockAfterQuietRestart: Redis restarts empty while an
-// instance makes no call, so no call fails and its breaker never opens;
-// its next heartbeat finds it gone from the fleet, and it no longer gives
-// from the block it leased before: another instance takes all 6 from the
-// new Redis, and the first is refused.
-func TestPermitBlockAfterQuietRestart(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	const n = 6
-	a, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour), WithPermitIdle(time.Minute))
-	defer a.Close()
-	var ps []tierlimit.Permit
-	for range n - 1 {
-		p, ok, err := a.TryAcquire(ctx, "k")
-		if err != nil || !ok {
-			t.Fatalf("TryAcquire before the restart = %v, %v, want a permit", ok, err)
-		}
-		ps = append(ps, p)
-	}
-	for _, p := range ps {
-		p.Release()
-	}
-	srv.Restart(t)
-	for deadline := time.Now().Add(3 * DefaultHeartbeat); a.lost.Load() == 0; time.Sleep(5 * time.Millisecond) {
+// untilDown calls TryAcquire on another key of c until its breaker is open
+// (down) or closed, at most 5 s, and fails with msg if it is not.
+func untilDown(t *testing.T, c *Concurrency, down bool, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); c.guard.Down() != down; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			break // the assertions below say what that means
+			t.Fatal(msg)
 		}
-	}
-	if _, outages := a.guard.State(); outages != 0 {
-		t.Fatalf("the breaker opened %d times: the test wants a restart no call saw", outages)
-	}
-	b, _ := NewConcurrency(srv.Client(t), n, WithPermitTTL(time.Hour))
-	defer b.Close()
-	for i := range n {
-		if _, ok, err := b.TryAcquire(ctx, "k"); err != nil || !ok {
-			t.Fatalf("TryAcquire %d on the other instance = %v, %v, want a permit", i+1, ok, err)
+		if p, _, err := c.TryAcquire(context.Background(), "other"); err == nil {
+			p.Release()
 		}
-	}
-	if _, ok, err := a.TryAcquire(ctx, "k"); err != nil || ok {
-		t.Errorf("TryAcquire after the restart with %d of %d out elsewhere = %v, %v, want refused (heartbeats that found the instance gone: %d)", n, n, ok, err, a.lost.Load())
 	}
 }
 
