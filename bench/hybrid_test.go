@@ -247,3 +247,35 @@ func BenchmarkClaimServerCost(b *testing.B) {
 	b.ReportMetric(float64(s.usec)*1e3/float64(n*batch), "server-ns/claim")
 	b.ReportMetric(float64(b.Elapsed())/float64(n*batch), "ns/claim")
 }
+
+// BenchmarkZipfCallerClaims counts what BenchmarkCompare's Zipf scenario
+// makes hybrid's callers wait for: the decisions that claimed on the
+// caller's goroutine (Stats().Remote) per million, serially, on
+// compareLimit, whose hottest keys are saturated. A blocked key's next
+// claim goes out in the background shortly before its block ends
+// (docs/design.md §3, "Blocking"); a key whose denials miss that window
+// has its first caller after the block claim and wait.
+func BenchmarkZipfCallerClaims(b *testing.B) {
+	srv := redistest.Start(b)
+	lim, err := hybrid.New(srv.Client(b), compareLimit, hybrid.WithPrefix("bench:"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lim.Close()
+	keys := zipfKeys(10_000, 1<<16)
+	ctx := context.Background()
+	for i := range 20 * len(keys) {
+		if _, err := lim.Allow(ctx, keys[i&(len(keys)-1)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := lim.Stats().Remote
+	i := 0
+	for b.Loop() {
+		if _, err := lim.Allow(ctx, keys[i&(len(keys)-1)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(1e6*float64(lim.Stats().Remote-before)/float64(i), "caller-claims/1M")
+}

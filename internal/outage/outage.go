@@ -84,9 +84,8 @@ func (g *Guard) Allow() bool {
 // Down reports whether Redis is taken to be out: the breaker opened and no
 // call has been answered since.
 func (g *Guard) Down() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.failures >= g.threshold
+	down, _ := g.State()
+	return down
 }
 
 // State returns Down and how many times the breaker has opened. What a
