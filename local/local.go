@@ -242,9 +242,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // Close it returns tierlimit.ErrClosed. A key the function blocks
 // (tierlimit.Blocked) is denied, n == 0 too, and not charged.
 func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Result, error) {
-	res, err := l.allowN(key, n)
-	if err != nil {
-		return res, named(err)
+	var res tierlimit.Result
+	if err := l.allowN(&res, key, n); err != nil {
+		return tierlimit.Result{}, named(err)
 	}
 	if l.onDecision != nil {
 		l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Limit: res.Limit})
@@ -255,30 +255,34 @@ func (l *Limiter) AllowN(_ context.Context, key string, n int64) (tierlimit.Resu
 // named returns err as local's callers see it (check.Named).
 func named(err error) error { return check.Named("local", err) }
 
-func (l *Limiter) allowN(key string, n int64) (tierlimit.Result, error) {
+// allowN is AllowN writing its Result into res, which AllowN returns: the
+// Result is written once, by the bucket's decision, not copied up through
+// each call (see xrate's decide). On an error res means nothing: AllowN
+// returns the zero Result.
+func (l *Limiter) allowN(res *tierlimit.Result, key string, n int64) error {
 	if err := check.Key(key); err != nil {
-		return tierlimit.Result{}, err
+		return err
 	}
 	if l.gate.Closed() {
-		return tierlimit.Result{}, tierlimit.ErrClosed
+		return tierlimit.ErrClosed
 	}
 	limit := l.limitOf(key)
 	if limit == tierlimit.Blocked {
 		if err := checkBlockedCost(key, n); err != nil {
-			return tierlimit.Result{}, err
+			return err
 		}
-		return blocked, nil
+		*res = blocked
+		return nil
 	}
 	now := l.nanos()
 	b, err := l.bucket(key, xxhash.Sum64String(key), limit, now)
 	if err != nil {
-		return tierlimit.Result{}, err
+		return err
 	}
-	res, err := b.DecideLimitNano(now, limit, n)
-	if err != nil {
-		return tierlimit.Result{}, keyError(key, err)
+	if err := b.DecideLimitNano(res, now, limit, n); err != nil {
+		return keyError(key, err)
 	}
-	return res, nil
+	return nil
 }
 
 // AllowAtMost takes between 1 and n tokens for key, as many as it holds

@@ -15,33 +15,39 @@ import (
 // tierlimit.ErrInvalidCost when n is outside [0, the limit's capacity];
 // b is then unchanged.
 func (b *Bucket) DecideLimit(now time.Time, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
-	return b.DecideLimitNano(now.UnixNano(), limit, n)
+	var res tierlimit.Result
+	err := b.DecideLimitNano(&res, now.UnixNano(), limit, n)
+	return res, err
 }
 
-// DecideLimitNano is DecideLimit at now in ns (time.Time.UnixNano): a
-// caller that reads a monotonic clock in ns saves building a time.Time.
-func (b *Bucket) DecideLimitNano(now int64, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
+// DecideLimitNano is DecideLimit at now in ns (time.Time.UnixNano), writing
+// the Result into res (the zero Result with an error): a caller that reads
+// a monotonic clock in ns saves building a time.Time, and one that returns
+// the Result saves copying it (see decide).
+func (b *Bucket) DecideLimitNano(res *tierlimit.Result, now int64, limit tierlimit.Limit, n int64) error {
 	b.mu.Lock()
 	if limit != b.limit || n < 0 || uint64(n) > b.cap {
-		return b.decideOther(now, limit, n)
+		return b.decideOther(res, now, limit, n)
 	}
 	// The limit b follows, a cost it can hold: Decide's path, without a
 	// defer (local's every decision: BenchmarkHotKeyPaired in local).
 	b.advance(now)
-	res := b.decide(now, n)
+	b.decide(res, now, n)
 	b.mu.Unlock()
-	return res, nil
+	return nil
 }
 
-// decideOther is DecideLimit for a new limit or a bad cost. b.mu is held;
-// decideOther unlocks it.
-func (b *Bucket) decideOther(now int64, limit tierlimit.Limit, n int64) (tierlimit.Result, error) {
+// decideOther is DecideLimitNano for a new limit or a bad cost. b.mu is
+// held; decideOther unlocks it.
+func (b *Bucket) decideOther(res *tierlimit.Result, now int64, limit tierlimit.Limit, n int64) error {
 	defer b.mu.Unlock()
 	if err := b.check(limit, n); err != nil {
-		return tierlimit.Result{}, err
+		*res = tierlimit.Result{}
+		return err
 	}
 	b.follow(now, limit)
-	return b.decide(now, n), nil
+	b.decide(res, now, n)
+	return nil
 }
 
 // check reports whether b may follow limit and take n under it. Validate
@@ -80,7 +86,9 @@ func (b *Bucket) Settle(t time.Time, limit tierlimit.Limit, charged, used int64)
 	b.follow(now, limit)
 	// Whole tokens and the correction are within [-cap, cap]: no overflow.
 	b.setWhole(b.whole() + charged - used)
-	return b.result(now, tierlimit.Result{Allowed: true, Limit: b.limit, Source: tierlimit.SourceLocal}), nil
+	res := tierlimit.Result{Allowed: true, Limit: b.limit, Source: tierlimit.SourceLocal}
+	b.result(&res, now)
+	return res, nil
 }
 
 // DecideAtMost takes between 1 and n tokens at now, as many as b holds
@@ -106,12 +114,14 @@ func (b *Bucket) DecideAtMost(t time.Time, limit tierlimit.Limit, n int64) (int6
 	res := tierlimit.Result{Limit: b.limit, Source: tierlimit.SourceLocal}
 	if b.owed > 0 || b.tokens == 0 {
 		res.RetryAfter = b.wait(now, 1)
-		return 0, b.result(now, res), nil
+		b.result(&res, now)
+		return 0, res, nil
 	}
 	g := min(uint64(n), b.tokens)
 	b.tokens -= g
 	res.Allowed = true
-	return int64(g), b.result(now, res), nil
+	b.result(&res, now)
+	return int64(g), res, nil
 }
 
 // Take is one bucket's part of DecideAll: N tokens from Bucket, which
@@ -167,7 +177,9 @@ func DecideAll(t time.Time, takes []Take) (tierlimit.Result, error) {
 	}
 	if !allowed {
 		w := takes[worst]
-		return w.Bucket.decide(now, w.N), nil
+		var res tierlimit.Result
+		w.Bucket.decide(&res, now, w.N)
+		return res, nil
 	}
 	for i, t := range takes {
 		t.Bucket.tokens -= uint64(t.N)
@@ -176,5 +188,7 @@ func DecideAll(t time.Time, takes []Take) (tierlimit.Result, error) {
 		}
 	}
 	w := takes[worst].Bucket
-	return w.result(now, tierlimit.Result{Allowed: true, Limit: w.limit, Source: tierlimit.SourceLocal}), nil
+	res := tierlimit.Result{Allowed: true, Limit: w.limit, Source: tierlimit.SourceLocal}
+	w.result(&res, now)
+	return res, nil
 }

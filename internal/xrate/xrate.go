@@ -162,18 +162,23 @@ func (b *Bucket) Decide(t time.Time, n int64) tierlimit.Result {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(now)
-	return b.decide(now, n)
+	var res tierlimit.Result
+	b.decide(&res, now, n)
+	return res
 }
 
-// decide is Decide on a bucket advanced to now. b.mu must be held.
-func (b *Bucket) decide(now int64, n int64) tierlimit.Result {
-	res := tierlimit.Result{Allowed: b.has(n), Limit: b.limit, Source: tierlimit.SourceLocal}
+// decide is Decide on a bucket advanced to now, writing every field of
+// res: a Result is eight words, and local's AllowN has decide fill in the
+// one it returns rather than copy it up through each call between
+// (bench/RESULTS.md). b.mu must be held.
+func (b *Bucket) decide(res *tierlimit.Result, now int64, n int64) {
+	*res = tierlimit.Result{Allowed: b.has(n), Limit: b.limit, Source: tierlimit.SourceLocal}
 	if res.Allowed {
 		b.tokens -= uint64(n)
-		return b.result(now, res)
+	} else {
+		res.RetryAfter = b.wait(now, uint64(n))
 	}
-	res.RetryAfter = b.wait(now, uint64(n))
-	return b.result(now, res)
+	b.result(res, now)
 }
 
 // has reports whether b holds n tokens (n == 0: whether b is not in debt).
@@ -181,10 +186,9 @@ func (b *Bucket) has(n int64) bool { return b.owed == 0 && (n == 0 || n > 0 && u
 
 // result fills in res's Remaining (0 in debt) and ResetAfter (which counts
 // the debt) from b at now.
-func (b *Bucket) result(now int64, res tierlimit.Result) tierlimit.Result {
+func (b *Bucket) result(res *tierlimit.Result, now int64) {
 	res.Remaining = int64(b.tokens)
 	res.ResetAfter = b.wait(now, b.cap)
-	return res
 }
 
 // advance refills b up to now: the whole µs since last, which it then
