@@ -98,7 +98,8 @@ func (l *limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			case err != nil:
 				return tierlimit.Result{}, err
 			}
-			if res, ok := l.blocked(e, t.N, tierlimit.SourceRemote); ok {
+			var res tierlimit.Result
+			if l.blocked(&res, e, t.N, tierlimit.SourceRemote) {
 				return l.record(pols[0], res, 0), nil
 			}
 		}
@@ -147,7 +148,8 @@ func (l *limiter) blockedAny(entries []*entry, takes []tierlimit.Take) (tierlimi
 		if entries[i] == nil {
 			continue
 		}
-		if res, ok := l.blocked(entries[i], t.N, tierlimit.SourceBlocked); ok && (!found || res.RetryAfter > worst.RetryAfter) {
+		var res tierlimit.Result
+		if l.blocked(&res, entries[i], t.N, tierlimit.SourceBlocked) && (!found || res.RetryAfter > worst.RetryAfter) {
 			worst, found = res, true
 		}
 	}

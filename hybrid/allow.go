@@ -26,11 +26,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // misconfiguration: from the first such reply until a call succeeds again,
 // AllowN returns an error wrapping tierlimit.ErrMisconfigured instead of
 // deciding on its fallback.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (res tierlimit.Result, err error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+	var res tierlimit.Result
+	var err error
 	if l.onDecision != nil {
-		res, err = l.observed(ctx, key, n)
+		err = l.observed(ctx, &res, key, n)
 	} else {
-		res, err = l.decide(ctx, key, n)
+		err = l.decide(ctx, &res, key, n)
 	}
 	if err != nil {
 		return res, named(err)
@@ -68,7 +70,8 @@ func (l *limiter) allowAtMost(ctx context.Context, key string, n int64) (int64, 
 	}
 	h := keyHash(key)
 	var took time.Duration
-	res, got, ok := l.inProcess(key, h, 1, n)
+	var res tierlimit.Result
+	got, ok := l.inProcess(&res, key, h, 1, n)
 	if !ok {
 		var start time.Time
 		if l.onDecision != nil {
@@ -95,64 +98,62 @@ func (l *limiter) allowAtMost(ctx context.Context, key string, n int64) (int64, 
 // named returns err as hybrid's callers see it (check.Named).
 func named(err error) error { return check.Named("hybrid", err) }
 
-// observed decides and reports the decision to the observer. A decision
-// made in process (a lease, a known-blocked key) is reported with Latency
-// 0: it takes well under a microsecond, and two clock reads would cost
-// more than it does (otelbridge's BenchmarkHotKey).
-func (l *limiter) observed(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+// observed is decide, then reports the decision to the observer. A
+// decision made in process (a lease, a known-blocked key) is reported with
+// Latency 0: it takes well under a microsecond, and two clock reads would
+// cost more than it does (otelbridge's BenchmarkHotKey).
+func (l *limiter) observed(ctx context.Context, res *tierlimit.Result, key string, n int64) error {
 	if err := l.check(ctx, key, n); err != nil {
-		return tierlimit.Result{}, err
+		return err
 	}
 	h := keyHash(key)
 	var took time.Duration
-	res, _, ok := l.inProcess(key, h, n, n)
-	if !ok {
+	if _, ok := l.inProcess(res, key, h, n, n); !ok {
 		start := time.Now()
 		var err error
-		if res, _, err = l.slow(ctx, key, h, n, n); err != nil {
-			return res, err
+		if *res, _, err = l.slow(ctx, key, h, n, n); err != nil {
+			return err
 		}
 		took = time.Since(start)
 	}
 	l.onDecision(tierlimit.Decision{Allowed: res.Allowed, Source: res.Source, N: n, Latency: took, Limit: res.Limit})
-	return res, nil
+	return nil
 }
 
-func (l *limiter) decide(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
+// decide is AllowN writing its Result into res, which AllowN returns: a
+// decision made in process writes it once, where it is made, rather than
+// copy it up through each call (bench/RESULTS.md).
+func (l *limiter) decide(ctx context.Context, res *tierlimit.Result, key string, n int64) error {
 	if err := l.check(ctx, key, n); err != nil {
-		return tierlimit.Result{}, err
+		return err
 	}
 	h := keyHash(key)
-	if res, _, ok := l.inProcess(key, h, n, n); ok {
-		return res, nil
+	if _, ok := l.inProcess(res, key, h, n, n); ok {
+		return nil
 	}
-	res, _, err := l.slow(ctx, key, h, n, n)
-	return res, err
+	var err error
+	*res, _, err = l.slow(ctx, key, h, n, n)
+	return err
 }
 
-// inProcess decides from key's lease or its known block, if it can: a
-// take of between n and most tokens (see spend), and how many it took.
-func (l *limiter) inProcess(key string, h uint64, n, most int64) (tierlimit.Result, int64, bool) {
+// inProcess decides from key's lease or its known block, if it can (see
+// leased): a take of between n and most tokens, and how many it took.
+func (l *limiter) inProcess(res *tierlimit.Result, key string, h uint64, n, most int64) (int64, bool) {
 	if e, ok := l.keys.find(key, h); ok {
 		if l.cfg.limitFunc != nil {
 			// check knew no key's limit but the default's: a cost above
 			// the key's is refused by the claim (checkPolicy), even if an
 			// earlier, larger limit left the lease holding it.
 			if !e.policy().fits(n) {
-				return tierlimit.Result{}, 0, false
+				return 0, false
 			}
 		}
 		if most != n && !l.enough(e, n, most) { // AllowN's decision calls nothing more
-			return tierlimit.Result{}, 0, false
+			return 0, false
 		}
-		if res, got, ok := l.spend(e, n, most, tierlimit.SourceLocal); ok {
-			return res, got, true
-		}
-		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
-			return l.record(e.policy(), res, e.stripe), 0, true
-		}
+		return l.leased(res, e, n, most, tierlimit.SourceLocal, tierlimit.SourceBlocked)
 	}
-	return tierlimit.Result{}, 0, false
+	return 0, false
 }
 
 // enough reports whether a take of between n and most tokens of e's key

@@ -28,6 +28,7 @@ import (
 // equal), as many as the lease holds after the claim, and claim returns
 // how many.
 func (l *limiter) claim(ctx context.Context, key string, h uint64, n, most int64) (tierlimit.Result, int64, error) {
+	var res tierlimit.Result
 	p, err := l.checkPolicy(key, n)
 	if err != nil {
 		return tierlimit.Result{}, 0, err
@@ -55,11 +56,8 @@ func (l *limiter) claim(ctx context.Context, key string, h uint64, n, most int64
 				}
 			}
 			if l.enough(e, n, most) {
-				if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
+				if got, ok := l.leased(&res, e, n, most, tierlimit.SourceRemote, tierlimit.SourceRemote); ok {
 					return res, got, nil
-				}
-				if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-					return l.record(e.policy(), res, e.stripe), 0, nil
 				}
 			}
 		}
@@ -70,11 +68,8 @@ func (l *limiter) claim(ctx context.Context, key string, h uint64, n, most int64
 		case err != nil:
 			return tierlimit.Result{}, 0, err
 		}
-		if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
+		if got, ok := l.leased(&res, e, n, most, tierlimit.SourceRemote, tierlimit.SourceRemote); ok {
 			return res, got, nil
-		}
-		if res, ok := l.blocked(e, n, tierlimit.SourceRemote); ok {
-			return l.record(e.policy(), res, e.stripe), 0, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return tierlimit.Result{}, 0, err

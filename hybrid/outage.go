@@ -26,11 +26,9 @@ func (l *limiter) missed(ctx context.Context, key string, p *policy, n, most int
 		return l.fall(key, p, n, most)
 	}
 	if e, ok := l.lookup(key); ok {
-		if res, got, ok := l.spend(e, n, most, tierlimit.SourceRemote); ok {
+		var res tierlimit.Result
+		if got, ok := l.leased(&res, e, n, most, tierlimit.SourceRemote, tierlimit.SourceBlocked); ok {
 			return res, got, nil
-		}
-		if res, ok := l.blocked(e, n, tierlimit.SourceBlocked); ok {
-			return l.record(e.policy(), res, e.stripe), 0, nil
 		}
 	}
 	res, err := l.slowDenial(p)
@@ -71,7 +69,8 @@ func (l *limiter) slowDenial(p *policy) (tierlimit.Result, error) {
 // holds up to most.
 func (l *limiter) fall(key string, p *policy, n, most int64) (tierlimit.Result, int64, error) {
 	if e, ok := l.lookup(key); ok {
-		if res, got, ok := l.spend(e, n, most, tierlimit.SourceFallback); ok {
+		var res tierlimit.Result
+		if got, ok := l.spend(&res, e, n, most, tierlimit.SourceFallback); ok {
 			return res, got, nil
 		}
 	}

@@ -47,22 +47,43 @@ func (l *limiter) low(e *entry, left int64) {
 	}
 }
 
+// leased decides a take of between n and most tokens from e's lease
+// (spend, a decision from spent) or, when it holds too few, from the key's
+// known block (blocked, a denial from denied), writing the Result into res
+// and returning how many tokens it took; false when neither can decide,
+// res untouched. The Result is written in place, not returned: it is
+// eight words, and AllowN's callers would copy it up through each call
+// (bench/RESULTS.md).
+func (l *limiter) leased(res *tierlimit.Result, e *entry, n, most int64, spent, denied tierlimit.Source) (int64, bool) {
+	if got, ok := l.spend(res, e, n, most, spent); ok {
+		return got, true
+	}
+	if l.blocked(res, e, n, denied) {
+		l.tally(e.policy(), denied, false, e.stripe)
+		return 0, true
+	}
+	return 0, false
+}
+
 // spend takes between n and most tokens (n <= most; AllowN's are equal)
-// from e's lease if it holds n, as many as it holds, and returns how many.
-// A barred key's lease is not spent (see asked): the call is denied, until
-// the answer that barred it is a lease TTL old and a claim asks again.
-func (l *limiter) spend(e *entry, n, most int64, src tierlimit.Source) (tierlimit.Result, int64, bool) {
+// from e's lease if it holds n, as many as it holds, writes the Result
+// into res and returns how many; false when the lease holds fewer than n,
+// res untouched. A barred key's lease is not spent (see asked): the call
+// is denied, until the answer that barred it is a lease TTL old and a
+// claim asks again.
+func (l *limiter) spend(res *tierlimit.Result, e *entry, n, most int64, src tierlimit.Source) (int64, bool) {
 	until := e.blockedUntil.Load()
 	if until == bar {
 		if !l.fresh(e, l.now()) {
-			return tierlimit.Result{}, 0, false
+			return 0, false
 		}
-		return l.record(barredPolicy, barred(), e.stripe), 0, true
+		*res = l.record(barredPolicy, barred(), e.stripe)
+		return 0, true
 	}
 	if n == 0 && until != 0 && knownShort(e, l.now()) {
 		// A peek at a key Redis is short on (in debt, it is denied): Redis
 		// answers it.
-		return tierlimit.Result{}, 0, false
+		return 0, false
 	}
 	if src == tierlimit.SourceLocal && until == 0 {
 		// Every call that finds the key is an arrival, whether its lease
@@ -80,7 +101,7 @@ func (l *limiter) spend(e *entry, n, most int64, src tierlimit.Source) (tierlimi
 	}
 	got, left, ok := e.take(n, most)
 	if !ok {
-		return tierlimit.Result{}, 0, false
+		return 0, false
 	}
 	l.low(e, left)
 	pol := e.policy()
@@ -90,13 +111,14 @@ func (l *limiter) spend(e *entry, n, most int64, src tierlimit.Source) (tierlimi
 	} else {
 		l.tally(pol, src, true, e.stripe)
 	}
-	return tierlimit.Result{
+	*res = tierlimit.Result{
 		Allowed:    true,
 		Limit:      pol.limit,
 		Remaining:  remaining,
 		ResetAfter: pol.limit.RefillTime(pol.capacity - remaining),
 		Source:     src,
-	}, got, true
+	}
+	return got, true
 }
 
 // knownShort reports whether Redis is known to hold too few tokens for
@@ -106,23 +128,24 @@ func knownShort(e *entry, now int64) bool {
 	return until != bar && now < until
 }
 
-// blocked returns a denial from src while Redis is known to hold fewer than
-// n tokens for e's key.
-func (l *limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Result, bool) {
+// blocked writes into res a denial from src, uncounted, while Redis is
+// known to hold fewer than n tokens for e's key; false otherwise, res
+// untouched.
+func (l *limiter) blocked(res *tierlimit.Result, e *entry, n int64, src tierlimit.Source) bool {
 	until := e.blockedUntil.Load()
 	if until == 0 || until == bar || n == 0 { // a barred key: see spend
-		return tierlimit.Result{}, false
+		return false
 	}
 	now := l.now()
 	if now >= until {
-		return tierlimit.Result{}, false
+		return false
 	}
 	held := e.tokens.Load()
 	need := n - held - max(0, e.remote.Load())
 	if need <= 0 {
 		// The lease and what Redis last had hold n together: one bucket
 		// would admit, so the caller claims the rest.
-		return tierlimit.Result{}, false
+		return false
 	}
 	pol := e.policy()
 	if src == tierlimit.SourceBlocked && pol.maxLease > 1 && until-now <= l.preclaim(e) {
@@ -135,11 +158,12 @@ func (l *limiter) blocked(e *entry, n int64, src tierlimit.Source) (tierlimit.Re
 	// at least until what the lease lacks can have accrued in Redis since
 	// it last answered (G2).
 	wait := max(time.Duration(until-now), pol.refillTime(need)-time.Duration(now-e.lastClaim.Load()))
-	return tierlimit.Result{
+	*res = tierlimit.Result{
 		Limit:      pol.limit,
 		Remaining:  held,
 		RetryAfter: wait,
 		ResetAfter: pol.refillTime(pol.capacity - held),
 		Source:     src,
-	}, true
+	}
+	return true
 }
