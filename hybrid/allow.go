@@ -174,8 +174,6 @@ func (l *limiter) slow(ctx context.Context, key string, h uint64, n, most int64)
 		return tierlimit.Result{}, 0, tierlimit.ErrClosed
 	}
 	defer l.keys.exit(h)
-	l.stalled.begin(l.now())
-	defer func() { l.stalled.end(l.now()) }()
 	return l.claim(ctx, key, h, n, most)
 }
 

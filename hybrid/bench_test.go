@@ -71,3 +71,33 @@ func BenchmarkAllowAtMostLease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllowOutage is a hot key's decision while Redis is down and the
+// breaker open: the fallback bucket decides (FailFallback, the default).
+// miniredis is closed once the key holds no lease; the probes that follow
+// fail at once (connection refused).
+func BenchmarkAllowOutage(b *testing.B) {
+	m := miniredis.RunT(b)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	l, err := New(rdb, plenty)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	l.Allow(ctx, "hot")
+	m.Close()
+	for i := 0; l.Stats().Breaker != tierlimit.BreakerOpen; i++ {
+		if i == 100_000 {
+			b.Fatalf("the breaker did not open: %+v", l.Stats())
+		}
+		l.Allow(ctx, "hot")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, _ := l.Allow(ctx, "hot"); r.Source != tierlimit.SourceFallback && r.Source != tierlimit.SourceLocal {
+			b.Fatalf("decided by %v with Redis down", r.Source)
+		}
+	}
+}

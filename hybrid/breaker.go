@@ -21,10 +21,19 @@ var errUnavailable = errors.New("hybrid: redis unavailable: circuit breaker open
 // consecutive failures, lets one probe through after the probe interval and
 // closes when it succeeds. Errors that mean misconfiguration count neither
 // way: they are not an outage. Only decisions that would call Redis ask it
-// (the slow path), so its lock is not on the hot path.
+// (the slow path), so its lock is not on the hot path; while it is open,
+// every decision that its key's lease cannot make asks it, and open reads
+// an atomic instead (BenchmarkAllowOutage).
 type breaker struct {
 	cb    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	probe time.Duration
+	start time.Time    // mono's origin
 	opens atomic.Int64 // times it opened
+
+	// openUntil is, while the breaker is open, a time (ns of mono) before
+	// gobreaker's own end of the open state, when the probe becomes due;
+	// 0 otherwise.
+	openUntil atomic.Int64
 
 	// changes carries transitions to the observer's goroutine (nil without
 	// an observer), so that no user code runs under gobreaker's lock.
@@ -32,7 +41,7 @@ type breaker struct {
 }
 
 func newBreaker(threshold uint32, probe time.Duration, observed bool, misconfigured func(error) bool) *breaker {
-	b := &breaker{}
+	b := &breaker{probe: probe, start: time.Now()}
 	if observed {
 		b.changes = make(chan tierlimit.BreakerChange, 64)
 	}
@@ -55,6 +64,11 @@ func newBreaker(threshold uint32, probe time.Duration, observed bool, misconfigu
 func (b *breaker) changed(_ string, from, to gobreaker.State) {
 	if to == gobreaker.StateOpen {
 		b.opens.Add(1)
+		// gobreaker read its clock before calling changed: ending a
+		// millisecond early keeps openUntil before its end.
+		b.openUntil.Store(b.mono() + int64(b.probe-openMargin))
+	} else {
+		b.openUntil.Store(0)
 	}
 	if b.changes != nil {
 		select {
@@ -85,7 +99,22 @@ func (b *breaker) allow() (func(error), error) {
 }
 
 // open reports whether the breaker is open and not yet due for a probe.
-func (b *breaker) open() bool { return b.cb.State() == gobreaker.StateOpen }
+// Until openUntil it is, without gobreaker's lock and clock; after it,
+// gobreaker says (and moves to half-open when the probe is due).
+func (b *breaker) open() bool {
+	if b.mono() < b.openUntil.Load() {
+		return true
+	}
+	return b.cb.State() == gobreaker.StateOpen
+}
+
+// openMargin is how much earlier than gobreaker the breaker stops reading
+// its open state from openUntil.
+const openMargin = time.Millisecond
+
+// mono returns the time in ns since the breaker was made, on the clock
+// gobreaker reads (time.Now's): at least 0, as openUntil's zero.
+func (b *breaker) mono() int64 { return int64(time.Since(b.start)) }
 
 // current returns the breaker's state (an open breaker due for a probe is
 // half-open).

@@ -33,15 +33,19 @@ func (l *limiter) claim(ctx context.Context, key string, h uint64, n, most int64
 	if err != nil {
 		return tierlimit.Result{}, 0, err
 	}
-	switch {
-	case p.blocked:
+	if p.blocked {
 		return l.record(p, barred(), 0), 0, nil
-	case n == 0:
+	}
+	if n > 0 && l.brk.open() {
+		return l.fall(key, p, n, most)
+	}
+	// The caller waits on Redis from here (see stalls): not while the
+	// breaker is open, when every caller falls back at once.
+	l.stalled.begin(l.now())
+	defer func() { l.stalled.end(l.now()) }()
+	if n == 0 {
 		res, err := l.peek(ctx, key, p)
 		return res, 0, err
-	}
-	if l.brk.open() {
-		return l.fall(key, p, n, most)
 	}
 	expiry, stop := l.expiry()
 	defer stop()

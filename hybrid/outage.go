@@ -126,15 +126,24 @@ func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 			return l.record(e.policy(), p.denial(l.cfg.probeInterval, tierlimit.SourceFallback), e.stripe), nil
 		}
 		fb := l.fallbackOf(e, now).lim
-		if lim := fb.Limit(); t.N > lim.Capacity() {
+		lim := fb.Limit()
+		if t.N > lim.Capacity() {
 			res := fb.Decide(now, t.N) // a denial that takes nothing
 			res.Source = tierlimit.SourceFallback
 			return l.record(e.policy(), res, e.stripe), nil
 		}
 		entries = append(entries, e)
-		fbs = append(fbs, xrate.Take{Bucket: fb, Limit: fb.Limit(), N: t.N})
+		fbs = append(fbs, xrate.Take{Bucket: fb, Limit: lim, N: t.N})
 	}
-	if len(takes) > 1 {
+	var (
+		res tierlimit.Result
+		err error
+	)
+	if len(takes) == 1 {
+		// DecideAll's answer for one take, without its loops (every
+		// decision of an outage: BenchmarkAllowOutage).
+		err = fbs[0].Bucket.DecideLimitNano(&res, now.UnixNano(), fbs[0].Limit, fbs[0].N)
+	} else {
 		order := make([]int, len(takes))
 		for i := range order {
 			order[i] = i
@@ -145,8 +154,8 @@ func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 			sorted[k] = fbs[i]
 		}
 		fbs = sorted
+		res, err = xrate.DecideAll(now, fbs)
 	}
-	res, err := xrate.DecideAll(now, fbs)
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
 	}
