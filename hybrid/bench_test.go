@@ -14,9 +14,9 @@ import (
 // plenty never runs out during a benchmark: every call takes the lease path.
 var plenty = tierlimit.Limit{Rate: 1_000_000, Period: 1e9, Burst: 1 << 40}
 
-// hotKey returns a limiter of plenty whose key "hot" holds a lease, on a
-// miniredis the benchmark closes.
-func hotKey(b *testing.B) *Limiter {
+// onMiniredis returns a limiter of plenty on a miniredis, both closed when
+// the benchmark ends.
+func onMiniredis(b *testing.B) (*Limiter, *miniredis.Miniredis) {
 	m := miniredis.RunT(b)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	b.Cleanup(func() { rdb.Close() })
@@ -25,6 +25,13 @@ func hotKey(b *testing.B) *Limiter {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
+	return l, m
+}
+
+// hotKey returns a limiter of plenty whose key "hot" holds a lease, on a
+// miniredis the benchmark closes.
+func hotKey(b *testing.B) *Limiter {
+	l, _ := onMiniredis(b)
 	for i := 0; i < 1000; i++ {
 		l.Allow(context.Background(), "hot")
 	}
@@ -77,14 +84,7 @@ func BenchmarkAllowAtMostLease(b *testing.B) {
 // miniredis is closed once the key holds no lease; the probes that follow
 // fail at once (connection refused).
 func BenchmarkAllowOutage(b *testing.B) {
-	m := miniredis.RunT(b)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	b.Cleanup(func() { rdb.Close() })
-	l, err := New(rdb, plenty)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
+	l, m := onMiniredis(b)
 	ctx := context.Background()
 	l.Allow(ctx, "hot")
 	m.Close()
