@@ -105,7 +105,7 @@ func TestCharts(t *testing.T) {
 // kept in bench/testdata: a figure edited by hand, or a rerun recorded in
 // only one of the two places, fails here.
 func TestDocsMatchRecordedRun(t *testing.T) {
-	const raw, doc = "../../testdata/compare-2026-11-26.txt", "../../../docs/comparison.md"
+	const raw, doc = "../../testdata/compare-2026-11-26b.txt", "../../../docs/comparison.md"
 	f, err := os.Open(raw)
 	if err != nil {
 		t.Fatal(err)
