@@ -135,15 +135,7 @@ func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 		entries = append(entries, e)
 		fbs = append(fbs, xrate.Take{Bucket: fb, Limit: lim, N: t.N})
 	}
-	var (
-		res tierlimit.Result
-		err error
-	)
-	if len(takes) == 1 {
-		// DecideAll's answer for one take, without its loops (every
-		// decision of an outage: BenchmarkAllowOutage).
-		err = fbs[0].Bucket.DecideLimitNano(&res, now.UnixNano(), fbs[0].Limit, fbs[0].N)
-	} else {
+	if len(takes) > 1 {
 		order := make([]int, len(takes))
 		for i := range order {
 			order[i] = i
@@ -154,8 +146,8 @@ func (l *limiter) fallAll(takes []tierlimit.Take, pols []*policy) (tierlimit.Res
 			sorted[k] = fbs[i]
 		}
 		fbs = sorted
-		res, err = xrate.DecideAll(now, fbs)
 	}
+	res, err := xrate.DecideAll(now, fbs)
 	if err != nil {
 		return tierlimit.Result{}, fmt.Errorf("hybrid: %w", err)
 	}
