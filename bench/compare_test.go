@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,8 +72,10 @@ var scenarios = sync.OnceValue(func() []scenario {
 // Besides ns/op, B/op and allocs/op it reports, per decision, the round
 // trips to Redis (redis-calls/op: one per command or pipeline sent, counted
 // by a go-redis hook on the contender's own client, so hybrid's background
-// refills count too), the commands those carried (redis-cmds/op) and the
-// fraction of decisions that were allowed (allowed/op).
+// refills count too), the commands those carried (redis-cmds/op), the
+// fraction of decisions that were allowed (allowed/op) and, for contenders
+// that use Redis, the CPU time redis-server spent per decision
+// (redis-cpu-ns/op, from INFO cpu).
 func BenchmarkCompare(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client(b)
@@ -115,8 +118,9 @@ func BenchmarkCompare(b *testing.B) {
 // Redis client.
 type compareFixture struct {
 	fixture
-	rdb  *redis.Client
-	hook *tripCounter
+	rdb   *redis.Client
+	hook  *tripCounter
+	admin *redis.Client // reads the server's CPU time (serverCPU); nil for in-process contenders
 }
 
 // newCompareFixture flushes Redis, so that no sub-benchmark sees another's
@@ -140,6 +144,7 @@ func buildCompareFixture(b *testing.B, srv *redistest.Server, c contender, sc sc
 	if c.where != inProcess {
 		f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: deadlines})
 		f.rdb.AddHook(f.hook)
+		f.admin = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
 	}
 	var err error
 	if f.fixture, err = c.build(f.rdb, compareLimit); err != nil {
@@ -201,6 +206,9 @@ func (f *compareFixture) release(b *testing.B) {
 	if f.rdb != nil {
 		_ = f.rdb.Close()
 	}
+	if f.admin != nil {
+		_ = f.admin.Close()
+	}
 }
 
 // maxErrorRate is the share of calls that may fail before the benchmark
@@ -227,6 +235,10 @@ func (f *compareFixture) measure(b *testing.B, sc scenario, parallel bool) {
 	ctx := context.Background()
 	trips0, cmds0 := f.hook.load()
 	fb0 := f.fallbackCount()
+	var cpu0 int64
+	if f.admin != nil {
+		cpu0 = serverCPU(b, f.admin)
+	}
 	var allowed, errs int64
 	var firstErr error
 	b.ReportAllocs()
@@ -282,6 +294,9 @@ func (f *compareFixture) measure(b *testing.B, sc scenario, parallel bool) {
 	b.StopTimer()
 	trips1, cmds1 := f.hook.load()
 	n := float64(b.N)
+	if f.admin != nil {
+		b.ReportMetric(float64(serverCPU(b, f.admin)-cpu0)/n, "redis-cpu-ns/op")
+	}
 	if fb := f.fallbackCount() - fb0; fb > 0 {
 		b.Logf("%d of %d decisions fell back to the in-process limiter", fb, b.N)
 		if float64(fb) > maxFallbackRate*n {
@@ -299,6 +314,29 @@ func (f *compareFixture) measure(b *testing.B, sc scenario, parallel bool) {
 	b.ReportMetric(float64(trips1-trips0)/n, "redis-calls/op")
 	b.ReportMetric(float64(cmds1-cmds0)/n, "redis-cmds/op")
 	b.ReportMetric(float64(allowed)/n, "allowed/op")
+}
+
+// serverCPU returns the CPU time the redis-server rdb is connected to has
+// used, user and system, in ns (INFO cpu). Redis shares the benchmark's
+// cores: what it spends per decision is a contender's cost too.
+func serverCPU(b *testing.B, rdb *redis.Client) int64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatalf("INFO cpu: %v", err)
+	}
+	var ns int64
+	for line := range strings.Lines(info) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k != "used_cpu_sys" && k != "used_cpu_user" {
+			continue
+		}
+		sec, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatalf("INFO cpu: %s: %v", line, err)
+		}
+		ns += int64(sec * 1e9)
+	}
+	return ns
 }
 
 // tripCounter is a go-redis hook counting round trips (a command, or a
