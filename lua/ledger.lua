@@ -82,30 +82,44 @@
 -- A record of the ledger: its whole text, holder, held, gen, deadline and
 -- handed.
 local record = '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))'
+local record_at = '^' .. record
 
--- parse_call reads the call at ARGV[j], its keys at KEYS[kj + 1..], into a
--- named table, and returns it and the indexes of the next call.
+-- The limits this script call has read, parsed once each (a batch's calls
+-- mostly share one), by their ARGV spelling.
+local limits = {}
+
+-- limit_of returns the unit, per and cap of the limit lim, as tb_limit.
+local function limit_of(lim)
+  local l = limits[lim]
+  if not l then
+    local unit, per, cap = tb_limit(lim)
+    l = {unit, per, cap}
+    limits[lim] = l
+  end
+  return l[1], l[2], l[3]
+end
+
+-- parse_call reads the call at ARGV[j], whose keys follow KEYS[kj], into a
+-- named table, and returns it and the indexes of the next call. Limit i of
+-- the call is at KEYS[c.kj + i] and ARGV[c.l + i - 1].
 local function parse_call(j, kj)
   local op, n = ARGV[j], tonumber(ARGV[j + 1])
   local c, l
   if op == 'claim' then
+    l = j + 10
     c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), gen = tonumber(ARGV[j + 4]),
       held = tonumber(ARGV[j + 5]), received = tonumber(ARGV[j + 6]), live = ARGV[j + 7] == '1',
-      debt = ARGV[j + 8] == '1', holder = ARGV[j + 9], keys = {}, lims = {}}
-    l = j + 10
+      debt = ARGV[j + 8] == '1', holder = ARGV[j + 9], kj = kj, l = l}
   elseif op == 'refund' then
+    l = j + 8
     c = {op = op, n = n, min = 0, back = tonumber(ARGV[j + 2]), give = tonumber(ARGV[j + 3]),
       gen = tonumber(ARGV[j + 4]), received = tonumber(ARGV[j + 5]), live = ARGV[j + 6] == '1', holder = ARGV[j + 7],
-      keys = {}, lims = {}}
-    l = j + 8
+      kj = kj, l = l}
   elseif op == 'take' then
-    c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), holder = '', keys = {}, lims = {}}
     l = j + 4
+    c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), holder = '', kj = kj, l = l}
   else
     error('ledger.lua: unknown op ' .. tostring(op))
-  end
-  for i = 1, n do
-    c.keys[i], c.lims[i] = KEYS[kj + i], ARGV[l + i - 1]
   end
   return c, l + n, kj + n
 end
@@ -127,7 +141,7 @@ local function read_ledger(b, rest, holder)
     b.before = recs
     local i = holder ~= '' and string.find(recs, ';' .. holder .. ':', 1, true)
     if not i then return nil end
-    local rec, _, a, g, d, x = string.match(recs, '^' .. record, i)
+    local rec, _, a, g, d, x = string.match(recs, record_at, i)
     if rec then
       b.mine = {text = rec, held = tonumber(a), gen = tonumber(g), deadline = tonumber(d), handed = tonumber(x)}
       b.before, b.after = string.sub(recs, 1, i - 1), string.sub(recs, i + #rec)
@@ -163,11 +177,11 @@ end
 -- less the records, the ceiling rising at each dead record's deadline in
 -- time order (the level never jumps).
 local function read_bucket(c, i, clock)
-  local lim = c.lims[i]
-  local unit, per, cap = tb_limit(lim)
-  local b = {key = c.keys[i], lim = lim, unit = unit, per = per, cap = cap, k = 0, r = 0, now = clock,
+  local lim = ARGV[c.l + i - 1]
+  local unit, per, cap = limit_of(lim)
+  local b = {unit = unit, per = per, cap = cap, k = 0, r = 0, now = clock,
     total = 0, lo = 0, hi = 0, dirty = false, mine = false, before = '', after = '', rec = false, u = 0}
-  local k, r, ts, old, rest = bucket_get(b.key)
+  local k, r, ts, old, rest = bucket_get(KEYS[c.kj + i])
   if ts and ts > b.now then b.now = ts end
   local dead = read_ledger(b, rest, c.holder)
   local total = b.total
@@ -319,6 +333,7 @@ local function finish(c, B, clock, allowed, hand)
   local reply = {allowed, hand}
   for i = 1, c.n do
     local b = B[i]
+    local key, lim = KEYS[c.kj + i], ARGV[c.l + i - 1]
     local lag = b.now - clock
     local reset = lag + wait_us(b.k, b.r, b.cap, b.unit, b.per)
     if b.dirty then
@@ -330,9 +345,9 @@ local function finish(c, B, clock, allowed, hand)
         if b.mine then rec = b.mine.text end
       end
       if b.before == '' and rec == '' and b.after == '' and b.hi <= b.now then
-        bucket_put(b.key, b.k, b.r, b.now, b.cap, reset, b.lim)
+        bucket_put(key, b.k, b.r, b.now, b.cap, reset, lim)
       else
-        put(b.key, string.format('%d:%d:%d:%s|%d:%d:%d', b.k, b.r, b.now, b.lim, b.total, b.lo, b.hi) ..
+        put(key, string.format('%d:%d:%d:%s|%d:%d:%d', b.k, b.r, b.now, lim, b.total, b.lo, b.hi) ..
           b.before .. rec .. b.after, math.max(b.hi - b.now, 0) + reset)
       end
     end
