@@ -98,7 +98,12 @@ func buildLocal(_ *redis.Client, l tierlimit.Limit) (fixture, error) {
 
 // buildHybridFixture builds hybrid with its defaults.
 func buildHybridFixture(rdb *redis.Client, l tierlimit.Limit) (fixture, error) {
-	lim, err := hybrid.New(rdb, l, hybrid.WithPrefix("bench:"))
+	return buildHybridWith(rdb, l, hybrid.WithPrefix("bench:"))
+}
+
+// buildHybridWith builds hybrid with opts.
+func buildHybridWith(rdb *redis.Client, l tierlimit.Limit, opts ...hybrid.Option) (fixture, error) {
+	lim, err := hybrid.New(rdb, l, opts...)
 	if err != nil {
 		return fixture{}, err
 	}

@@ -279,3 +279,54 @@ func BenchmarkZipfCallerClaims(b *testing.B) {
 	}
 	b.ReportMetric(1e6*float64(lim.Stats().Remote-before)/float64(i), "caller-claims/1M")
 }
+
+// BenchmarkLeaseBound is BenchmarkCompare's 10k-key scenarios for hybrid at
+// its default lease bound (hi = Burst/10, 100 tokens of compareLimit) and
+// at three times that, WithLeaseBounds(1, 300): every allowed token is
+// claimed from Redis, so a claim's cost, spread over its lease, is part of
+// each decision (redis-cpu-ns/op), and Redis shares the benchmark's cores.
+// What a larger bound costs is in docs/design.md, G2 and G4: each instance
+// may hold up to 3·hi/2 tokens of a key.
+func BenchmarkLeaseBound(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := srv.Client(b)
+	var cur *compareFixture
+	b.Cleanup(func() {
+		if cur != nil {
+			cur.release(b)
+		}
+	})
+	for _, sc := range scenarios() {
+		if sc.name == "hot" {
+			continue
+		}
+		for _, parallel := range []bool{false, true} {
+			mode := "serial"
+			if parallel {
+				mode = "parallel"
+			}
+			for _, hi := range []int64{0, 300} {
+				name := "hi=default"
+				opts := []hybrid.Option{hybrid.WithPrefix("bench:")}
+				if hi > 0 {
+					name = "hi=" + strconv.FormatInt(hi, 10)
+					opts = append(opts, hybrid.WithLeaseBounds(1, hi))
+				}
+				c := contender{name: "hybrid", where: leased, perKey: true, build: func(rdb *redis.Client, l tierlimit.Limit) (fixture, error) {
+					return buildHybridWith(rdb, l, opts...)
+				}}
+				var f *compareFixture
+				b.Run(sc.name+"/"+mode+"/"+name, func(b *testing.B) {
+					if f == nil {
+						if cur != nil {
+							cur.release(b)
+						}
+						f = newCompareFixture(b, srv, admin, c, sc, parallel)
+						cur = f
+					}
+					f.measure(b, sc, parallel)
+				})
+			}
+		}
+	}
+}
