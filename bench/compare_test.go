@@ -77,6 +77,27 @@ var scenarios = sync.OnceValue(func() []scenario {
 // that use Redis, the CPU time redis-server spent per decision
 // (redis-cpu-ns/op, from INFO cpu).
 func BenchmarkCompare(b *testing.B) {
+	runCompare(b, func(sc scenario) []entrant {
+		var es []entrant
+		for _, c := range contenders {
+			if c.perKey || sc.name == "hot" {
+				es = append(es, entrant{c.name, c})
+			}
+		}
+		return es
+	})
+}
+
+// entrant is a contender under the name its sub-benchmarks end with.
+type entrant struct {
+	name string
+	c    contender
+}
+
+// runCompare runs, in every scenario and mode, each entrant that entrants
+// returns for the scenario, as the sub-benchmark scenario/mode/name, all
+// on one throwaway redis-server, one fixture at a time (BenchmarkCompare).
+func runCompare(b *testing.B, entrants func(scenario) []entrant) {
 	srv := redistest.Start(b)
 	admin := srv.Client(b)
 	var cur *compareFixture
@@ -91,20 +112,17 @@ func BenchmarkCompare(b *testing.B) {
 			if parallel {
 				mode = "parallel"
 			}
-			for _, c := range contenders {
-				if !c.perKey && sc.name != "hot" {
-					continue
-				}
+			for _, e := range entrants(sc) {
 				// The function runs once per sample, and under
 				// RunParallel once per ramp-up step too; the fixture is
 				// built and warmed once.
 				var f *compareFixture
-				b.Run(sc.name+"/"+mode+"/"+c.name, func(b *testing.B) {
+				b.Run(sc.name+"/"+mode+"/"+e.name, func(b *testing.B) {
 					if f == nil {
 						if cur != nil {
 							cur.release(b)
 						}
-						f = newCompareFixture(b, srv, admin, c, sc, parallel)
+						f = newCompareFixture(b, srv, admin, e.c, sc, parallel)
 						cur = f
 					}
 					f.measure(b, sc, parallel)

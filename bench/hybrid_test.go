@@ -288,45 +288,21 @@ func BenchmarkZipfCallerClaims(b *testing.B) {
 // What a larger bound costs is in docs/design.md, G2 and G4: each instance
 // may hold up to 3·hi/2 tokens of a key.
 func BenchmarkLeaseBound(b *testing.B) {
-	srv := redistest.Start(b)
-	admin := srv.Client(b)
-	var cur *compareFixture
-	b.Cleanup(func() {
-		if cur != nil {
-			cur.release(b)
-		}
-	})
-	for _, sc := range scenarios() {
+	runCompare(b, func(sc scenario) []entrant {
 		if sc.name == "hot" {
-			continue
+			return nil
 		}
-		for _, parallel := range []bool{false, true} {
-			mode := "serial"
-			if parallel {
-				mode = "parallel"
+		var es []entrant
+		for _, hi := range []int64{0, 300} {
+			name, opts := "hi=default", []hybrid.Option{hybrid.WithPrefix("bench:")}
+			if hi > 0 {
+				name, opts = "hi="+strconv.FormatInt(hi, 10), append(opts, hybrid.WithLeaseBounds(1, hi))
 			}
-			for _, hi := range []int64{0, 300} {
-				name := "hi=default"
-				opts := []hybrid.Option{hybrid.WithPrefix("bench:")}
-				if hi > 0 {
-					name = "hi=" + strconv.FormatInt(hi, 10)
-					opts = append(opts, hybrid.WithLeaseBounds(1, hi))
-				}
-				c := contender{name: "hybrid", where: leased, perKey: true, build: func(rdb *redis.Client, l tierlimit.Limit) (fixture, error) {
+			es = append(es, entrant{name, contender{name: "hybrid", where: leased, perKey: true,
+				build: func(rdb *redis.Client, l tierlimit.Limit) (fixture, error) {
 					return buildHybridWith(rdb, l, opts...)
-				}}
-				var f *compareFixture
-				b.Run(sc.name+"/"+mode+"/"+name, func(b *testing.B) {
-					if f == nil {
-						if cur != nil {
-							cur.release(b)
-						}
-						f = newCompareFixture(b, srv, admin, c, sc, parallel)
-						cur = f
-					}
-					f.measure(b, sc, parallel)
-				})
-			}
+				}}})
 		}
-	}
+		return es
+	})
 }
