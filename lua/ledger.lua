@@ -20,8 +20,9 @@
 --          those handed to it in replies it never got (an upper bound);
 --          gen, the number of its last call; deadline, the µs after which
 --          it spends none of them; handed, the total ever handed to it in
---          replies, as its calls count what they received. total is the
---          sum of the records' held, lo a µs at most every deadline, hi
+--          replies, as its calls count what they received (a record that
+--          holds nothing stays until its deadline: set_record). total is
+--          the sum of the records' held, lo a µs at most every deadline, hi
 --          one at least every deadline: until lo passes, a call reads only
 --          its holder's record. An absent key is a full bucket with an
 --          empty ledger.
@@ -216,13 +217,16 @@ local function read_bucket(c, i, clock)
   return b
 end
 
--- set_record writes the holder's record in b: held, gen, deadline, handed
--- (none when it holds nothing). Keeps L3.
+-- set_record writes the holder's record in b: held, gen, deadline, handed.
+-- A record that holds nothing stays until its deadline, for its gen: calls
+-- queued on different connections run in any order once a paused Redis
+-- resumes, and a claim older than the refund that emptied the record must
+-- still find it and do nothing (L4); past the deadline it goes. Keeps L3.
 local function set_record(b, c, held, deadline, handed)
   local was = 0
   if b.mine then was = b.mine.held end
   b.total = b.total - was + held
-  if held > 0 then
+  if held > 0 or deadline > b.now then
     if deadline > b.hi then b.hi = deadline end
     if b.lo == 0 or deadline < b.lo then b.lo = deadline end
     b.rec = string.format(';%s:%d:%d:%d:%d', c.holder, held, c.gen, deadline, handed)
@@ -298,7 +302,8 @@ local function refund(c, B)
     if m and m.gen < c.gen then
       mine = math.min(c.back + math.max(m.handed - c.received, 0), m.held)
       back = back + mine
-      set_record(b, c, 0, 0, 0)
+      -- Nothing is left undelivered: what was went back with mine.
+      set_record(b, c, 0, m.deadline, c.received)
     end
     if mine < took then took = mine end
     if back > 0 then

@@ -82,6 +82,15 @@ func testLeaseLedger(t *testing.T, b backend) {
 		}, 2, 3},
 		{"c's deadline passed", ms(2300), nil, 0, 6}, // 3 at 2000 ms, the ceiling 5 at 2200, then +1
 		{"full at last", ms(3000), nil, 0, 10},
+		{"d claims 4", ms(3000), claim("d", 1, 0, 4), 4, 6},
+		{"d refunds 4", ms(3000), refund("d", 3, 4), 0, 10},
+		// d's claim 2, sent before its refund and run after it (calls
+		// queued on different connections while Redis was paused run in
+		// any order when it resumes), finds the record the refund emptied
+		// and does nothing: without it, it granted 3 that d never got.
+		{"d's older claim after its refund", ms(3000), claim("d", 2, 4, 3), 0, 10},
+		// The emptied record is gone after its deadline (1 s after d's grant).
+		{"d claims again after the deadline", ms(4100), claim("d", 4, 0, 2), 2, 8},
 	}
 	for _, s := range steps {
 		b.set(s.at)
