@@ -85,21 +85,6 @@
 local record = '(;([^:;]+):(%d+):(%d+):(%d+):(%d+))'
 local record_at = '^' .. record
 
--- The limits this script call has read, parsed once each (a batch's calls
--- mostly share one), by their ARGV spelling.
-local limits = {}
-
--- limit_of returns the unit, per and cap of the limit lim, as tb_limit.
-local function limit_of(lim)
-  local l = limits[lim]
-  if not l then
-    local unit, per, cap = tb_limit(lim)
-    l = {unit, per, cap}
-    limits[lim] = l
-  end
-  return l[1], l[2], l[3]
-end
-
 -- parse_call reads the call at ARGV[j], whose keys follow KEYS[kj], into a
 -- named table, and returns it and the indexes of the next call. Limit i of
 -- the call is at KEYS[c.kj + i] and ARGV[c.l + i - 1].
@@ -179,7 +164,7 @@ end
 -- time order (the level never jumps).
 local function read_bucket(c, i, clock)
   local lim = ARGV[c.l + i - 1]
-  local unit, per, cap = limit_of(lim)
+  local unit, per, cap = tb_limit(lim)
   local b = {unit = unit, per = per, cap = cap, k = 0, r = 0, now = clock,
     total = 0, lo = 0, hi = 0, dirty = false, mine = false, before = '', after = '', rec = false, u = 0}
   local k, r, ts, old, rest = bucket_get(KEYS[c.kj + i])

@@ -122,11 +122,20 @@ local function window_limit(s)
   return tonumber(p), tonumber(r)
 end
 
+-- The token bucket limits this script call has parsed, by their spelling:
+-- the calls of a batch, and a call's reads and writes, mostly share one.
+local tb_limits = {}
+
 -- tb_limit returns the unit, per and cap of a token bucket's limit as its
--- ARGV and its state spell it: "unit:per:cap".
+-- ARGV and its state spell it: "unit:per:cap", parsed once per script call.
 local function tb_limit(s)
-  local u, p, c = string.match(s, '^(%d+):(%d+):(%d+)$')
-  return tonumber(u), tonumber(p), tonumber(c)
+  local l = tb_limits[s]
+  if not l then
+    local u, p, c = string.match(s, '^(%d+):(%d+):(%d+)$')
+    l = {tonumber(u), tonumber(p), tonumber(c)}
+    tb_limits[s] = l
+  end
+  return l[1], l[2], l[3]
 end
 
 -- bucket_get returns the level k (negative in debt: tokenbucket.lua's
