@@ -202,6 +202,8 @@ func TestStalledRedisBoundsEveryMethod(t *testing.T) {
 			if r.Remaining != want {
 				t.Errorf("G1/G5: Redis holds %d of k after the stall, want %d (capacity %d - %d used - %d lost)",
 					r.Remaining, want, limit.Capacity(), used, st.Lost)
+				t.Logf("Stats: %+v", st)
+				logKeys(t, rdb)
 			}
 		})
 	}
@@ -366,6 +368,24 @@ func TestNewOnUnreachableRedis(t *testing.T) {
 		}
 	}
 	t.Logf("New took %v", took)
+}
+
+// logKeys logs every key Redis holds, with its value and TTL: what a
+// failed check of a bucket's level needs to tell a record that still holds
+// tokens from a level that lost them.
+func logKeys(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Logf("KEYS: %v", err)
+		return
+	}
+	for _, k := range keys {
+		v, err := rdb.Get(ctx, k).Result()
+		ttl := rdb.PTTL(ctx, k).Val()
+		t.Logf("  %q = %q (%v, TTL %v)", k, v, err, ttl)
+	}
 }
 
 // settledStats returns l's Stats once they stop changing (at most 5 s):

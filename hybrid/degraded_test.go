@@ -747,6 +747,39 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 	}
 }
 
+// TestChargeBackHandsOverALostGrant: a charge of a debt whose claim also
+// hands over what an earlier claim's lost reply granted (store.Claim's
+// Received) pays the debt and no more: the rest is the lease's, refunded
+// at Close, not charged back and never spent. Redis then holds exactly
+// capacity - admitted.
+func TestChargeBackHandsOverALostGrant(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(100))
+	if r, err := l.AllowN(e.ctx, "k", 1); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(k, 1) = %+v, %v", r, err)
+	}
+	en, ok := l.lookup("k")
+	if !ok {
+		t.Fatal("no entry for k after a claim")
+	}
+	// A claim of 5 that Redis grants but whose reply never comes (a call
+	// past the client's read timeout): the ledger records it handed.
+	mu := l.keyLock("k")
+	mu.Lock()
+	if granted, _, err := l.bucket.Lease(e.ctx, "k", l.claimOf(en, 0, 5)); err != nil || granted != 5 {
+		t.Fatalf("Lease(k, 5) = %d, %v; want 5 granted", granted, err)
+	}
+	l.replied(en, 0, context.DeadlineExceeded)
+	mu.Unlock()
+	// The fallback admitted 3 meanwhile; Redis answers again.
+	en.owed.Add(3)
+	l.chargeBack(l.keys.holding())
+	if owed, st := en.owed.Load(), l.Stats(); owed != 0 || st.ChargedBack != 3 {
+		t.Errorf("after the charge: owed %d, charged back %d; want 0, 3", owed, st.ChargedBack)
+	}
+	e.closeAndAudit(t, l, 1+3, map[string]int64{"k": 1 + 3})
+}
+
 // TestGrantPaysDebtFirst: a claim that lands while its key owes what the
 // fallback admitted (sent before an outage, run by Redis after it) pays the
 // debt before its tokens are spent.

@@ -264,17 +264,27 @@ const (
 //     what is left then is forgiven, so that an instance never starves a
 //     key for long on a debt.
 //
+// A grant may hand over, besides the debt, what an earlier claim's lost
+// reply granted (store.Claim.Received): that is the lease's, not spent.
+//
 // The caller holds e's key lock.
 func (l *limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcome {
-	l.stats.leased.Add(granted)
-	l.stats.chargedBack.Add(granted)
-	left := e.owed.Add(-granted)
+	// Only fallbacks add to what e owes while the lock is held: it is at
+	// least what is read here.
+	pay := min(granted, max(e.owed.Load(), 0))
+	if extra := granted - pay; extra > 0 {
+		l.stats.leased.Add(extra)
+		l.land(e, extra)
+	}
+	l.stats.leased.Add(pay)
+	l.stats.chargedBack.Add(pay)
+	left := e.owed.Add(-pay)
 	out := debtShort
 	switch {
 	case left <= 0:
 		e.owedSince.Store(0)
 		out = debtSettled
-	case granted+res.Remaining >= e.policy().capacity:
+	case pay+res.Remaining >= e.policy().capacity:
 		l.forgive(e)
 		out = debtFull
 	case e.owedSince.Load() == 0:
