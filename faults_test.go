@@ -973,3 +973,93 @@ func TestOutageKeepingState(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoveryOverManyKeys: after a stall in which the fallback admitted
+// on many keys, with default options and go-redis's default client beside
+// a busy loop, the limiter recovers by itself while its caller goes on:
+// once its breaker has closed after Redis returned, it does not open
+// again, and every token the fallback admitted is charged back to Redis.
+// What the fallback admitted while a charge of its key was in flight (a
+// claim over its budget falls back) was forgiven a second later, as if
+// the bucket had lacked it: 384 to 576 tokens of 2.6 to 3.5 million in
+// three runs.
+func TestRecoveryOverManyKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stalls Redis for 3 s")
+	}
+	const keys = 5000
+	s := redistest.Start(t)
+	rdb := defaultClient(t, s)
+	var fellBack atomic.Int64
+	obs := &tierlimit.Observer{Decision: func(d tierlimit.Decision) {
+		if d.Source == tierlimit.SourceFallback && d.Allowed {
+			fellBack.Add(d.N)
+		}
+	}}
+	// Buckets far from empty whatever the fallback admits in the test's
+	// seconds: every debt is paid in full at its first charge, none is
+	// forgiven.
+	lim, err := hybrid.New(rdb, tierlimit.PerHour(10_000_000), hybrid.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	pass := func() {
+		for i := range keys {
+			if _, err := lim.AllowN(ctx, "k"+strconv.Itoa(i), 1); err != nil {
+				t.Fatalf("AllowN = %v", err)
+			}
+		}
+	}
+	pass()
+	stop := busyLoop(true)
+	defer stop()
+
+	s.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			s.Resume()
+		}
+	}()
+	// The leases expire, the breaker opens, the fallback decides.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		pass()
+	}
+	s.Resume()
+	resumed = true
+	owed := fellBack.Load()
+	if owed < keys/2 {
+		t.Fatalf("the fallback admitted %d in the stall, want at least %d: the test's stall did not reach the keys", owed, keys/2)
+	}
+
+	// Callers go on for 3 s: the breaker closes within a probe interval
+	// and stays closed.
+	var closedOpens int64 = -1
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		pass()
+		if st := lim.Stats(); closedOpens < 0 && st.Breaker == tierlimit.BreakerClosed {
+			closedOpens = st.BreakerOpens
+		}
+	}
+	// Every admission of the fallback is charged within a few janitor
+	// rounds (a quarter lease TTL each).
+	var st hybrid.Stats
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if st = lim.Stats(); st.ChargedBack >= fellBack.Load() {
+			break
+		}
+	}
+	t.Logf("the fallback admitted %d in the stall, %d in all; %d charged back; breaker opened %d times (%d when it first closed after the stall)",
+		owed, fellBack.Load(), st.ChargedBack, st.BreakerOpens, closedOpens)
+	if closedOpens < 0 {
+		t.Fatalf("the breaker did not close within 3 s of Redis returning: %+v", st)
+	}
+	if st.BreakerOpens != closedOpens {
+		t.Errorf("the breaker opened %d more times after it closed, with Redis answering; want none", st.BreakerOpens-closedOpens)
+	}
+	if st.ChargedBack != fellBack.Load() {
+		t.Errorf("charged back %d of the %d tokens the fallback admitted, want all", st.ChargedBack, fellBack.Load())
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -695,35 +696,50 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 		t.Fatalf("debtWindow() = %v at the default lease TTL, want 1s", ttl)
 	}
 	type charge struct {
-		after              time.Duration // since the previous charge
-		granted, remaining int64
-		wantOwed           int64
-		want               debtOutcome
+		after                time.Duration // since the previous charge
+		since                int64         // admitted by the fallback while the charge was in flight
+		asked, granted, left int64         // the claim's want, its grant, the bucket's level after it
+		wantOwed             int64
+		want                 debtOutcome
 	}
 	for _, tc := range []struct {
 		name    string
 		owed    int64
 		charges []charge
 	}{
-		{"paid", 40, []charge{{0, 40, 50, 0, debtSettled}}},
-		{"bucket was full", 240, []charge{{0, 100, 0, 0, debtFull}}},
+		{"paid", 40, []charge{{0, 0, 40, 40, 50, 0, debtSettled}}},
+		{"bucket was full", 240, []charge{{0, 0, 100, 100, 0, 0, debtFull}}},
 		{"drained by others", 40, []charge{
-			{0, 10, 0, 30, debtShort},
-			{ttl / 2, 5, 0, 25, debtShort},
-			{ttl/2 - time.Millisecond, 0, 0, 25, debtShort},
-			{time.Millisecond, 0, 0, 0, debtSettled},
+			{0, 0, 40, 10, 0, 30, debtShort},
+			{ttl / 2, 0, 30, 5, 0, 25, debtShort},
+			{ttl/2 - time.Millisecond, 0, 25, 0, 0, 25, debtShort},
+			{time.Millisecond, 0, 25, 0, 0, 0, debtSettled},
 		}},
-		{"paid within the TTL", 40, []charge{{0, 0, 0, 40, debtShort}, {ttl / 2, 40, 0, 0, debtSettled}, {ttl, 0, 0, 0, debtSettled}}},
+		{"paid within the TTL", 40, []charge{
+			{0, 0, 40, 0, 0, 40, debtShort},
+			{ttl / 2, 0, 40, 40, 0, 0, debtSettled},
+			{ttl, 0, 0, 0, 0, 0, debtSettled},
+		}},
+		// What the fallback admitted during a charge that got all it asked
+		// is a new debt: its window starts at its own first short charge,
+		// not at that charge.
+		{"admitted during the charge", 40, []charge{
+			{0, 10, 40, 40, 50, 10, debtSettled},
+			{ttl, 0, 10, 0, 0, 10, debtShort},
+			{ttl, 0, 10, 0, 0, 0, debtSettled},
+		}},
+		{"admitted during the charge of a full bucket", 40, []charge{{0, 10, 40, 40, 60, 10, debtSettled}}},
 	} {
 		e := &entry{key: tc.name}
 		e.pol.Store(l.def)
 		e.owed.Store(tc.owed)
 		for i, c := range tc.charges {
 			l.cfg.clock.(*clocktest.Clock).Add(c.after)
-			got := l.paid(e, c.granted, tierlimit.Result{Remaining: c.remaining})
+			e.owed.Add(c.since)
+			got := l.paid(e, c.asked, c.granted, tierlimit.Result{Remaining: c.left})
 			if owed := e.owed.Load(); owed != c.wantOwed || got != c.want {
-				t.Errorf("%s: charge %d (%d granted, %d left): owed %d, outcome %d; want %d, %d",
-					tc.name, i, c.granted, c.remaining, owed, got, c.wantOwed, c.want)
+				t.Errorf("%s: charge %d (%d of %d granted, %d left): owed %d, outcome %d; want %d, %d",
+					tc.name, i, c.granted, c.asked, c.left, owed, got, c.wantOwed, c.want)
 			}
 		}
 	}
@@ -744,6 +760,44 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 	marked.owed.Store(30)
 	if l.settleMarks(e.ctx, nil, []*entry{marked}, false); marked.owed.Load() != 30 {
 		t.Errorf("a mark past its TTL forgave a debt: owed %d, want 30", marked.owed.Load())
+	}
+}
+
+// TestChargeBackInBatches: the janitor charges many keys' debts
+// refillBatch claims a round trip, so that no call keeps Redis from
+// answering others for long (a call over the budget is a failure for the
+// breaker), and charges them all.
+func TestChargeBackInBatches(t *testing.T) {
+	e := newEnv(t)
+	var calls atomic.Int64
+	obs := &tierlimit.Observer{RedisCall: func(c tierlimit.RedisCall) {
+		if c.Op == "chargeback" {
+			calls.Add(1)
+		}
+	}}
+	l := e.limiter(t, tierlimit.PerHour(100), WithObserver(obs))
+	const keys = 3*refillBatch + 1
+	var entries []*entry
+	for i := range keys {
+		key := "k" + strconv.Itoa(i)
+		if r, err := l.AllowN(e.ctx, key, 1); err != nil || !r.Allowed {
+			t.Fatalf("AllowN = %+v, %v", r, err)
+		}
+		en, ok := l.lookup(key)
+		if !ok {
+			t.Fatalf("no entry for %s", key)
+		}
+		en.owed.Store(2) // what the fallback admitted in an outage
+		entries = append(entries, en)
+	}
+	l.chargeBack(entries)
+	var owed int64
+	for _, en := range entries {
+		owed += en.owed.Load()
+	}
+	if got, want := calls.Load(), int64(4); got != want || owed != 0 || l.Stats().ChargedBack != 2*keys {
+		t.Errorf("charging %d keys: %d calls, %d owed after, %d charged back; want %d, 0, %d",
+			keys, got, owed, l.Stats().ChargedBack, want, 2*keys)
 	}
 }
 

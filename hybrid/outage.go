@@ -211,27 +211,37 @@ func (l *limiter) fallbackOf(e *entry, now time.Time) *fallback {
 // outage, once the breaker has closed: a claim of up to that many tokens
 // (at least none), none of which is kept, so that the bucket is charged
 // for them but never goes below empty (see paid for what it lacks).
+//
+// The keys are charged refillBatch at a time, each batch and its marks in
+// round trips of their own, as refills are: after an outage over many
+// keys, one call for them all would run past the call budget on its own
+// (Redis's time grows with the claims in it), the breaker would open
+// again, and the fallback would go on admitting what the charge was to
+// settle.
 func (l *limiter) chargeBack(entries []*entry) {
-	if l.brk.current() != tierlimit.BreakerClosed {
-		return
-	}
-	var due, full, short []*entry
+	var due []*entry
 	for _, e := range entries {
 		if e.owed.Load() > 0 && !e.stale.Load() {
 			due = append(due, e)
 		}
 	}
-	l.claimAll("chargeback", due, l.debtClaim, func(e *entry, _ store.Claim, g store.Grant) {
-		switch l.paid(e, g.Granted, g.Result) {
-		case debtFull:
-			full = append(full, e)
-		case debtShort:
-			short = append(short, e)
+	for batch := range slices.Chunk(due, refillBatch) {
+		if l.brk.current() != tierlimit.BreakerClosed {
+			return
 		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
-	defer cancel()
-	l.settleMarks(ctx, full, short, false)
+		var full, short []*entry
+		l.claimAll("chargeback", batch, l.debtClaim, func(e *entry, c store.Claim, g store.Grant) {
+			switch l.paid(e, c.Want, g.Granted, g.Result) {
+			case debtFull:
+				full = append(full, e)
+			case debtShort:
+				short = append(short, e)
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+		l.settleMarks(ctx, full, short, false)
+		cancel()
+	}
 }
 
 // debtClaim is the claim that charges e's debt: up to what it owes, at
@@ -249,9 +259,13 @@ const (
 	debtShort                      // owed still: forgiven if the bucket was marked full
 )
 
-// paid records that Redis granted granted tokens of e's debt, leaving res:
-// they are spent, by the fallback decisions that owed them. What is left
-// owed is one of two things (docs/design.md, G4, "Charged back"):
+// paid records that Redis granted granted tokens of e's debt, of the want
+// its claim asked for, leaving res: they are spent, by the fallback
+// decisions that owed them. What is left owed, if the claim asked for the
+// whole debt (less than the capacity) and got it, was admitted while the
+// claim was in flight (a claim over the budget falls back): owed as any
+// debt, from its own first charge. Otherwise it is one of two things
+// (docs/design.md, G4, "Charged back"):
 //   - refill the bucket dropped at its cap while the fallbacks spent it
 //     (or state Redis lost): one bucket would have given it. It is
 //     forgiven. The bucket was full when this charge came, or when another
@@ -268,7 +282,7 @@ const (
 // reply granted (store.Claim.Received): that is the lease's, not spent.
 //
 // The caller holds e's key lock.
-func (l *limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcome {
+func (l *limiter) paid(e *entry, want, granted int64, res tierlimit.Result) debtOutcome {
 	// Only fallbacks add to what e owes while the lock is held: it is at
 	// least what is read here.
 	pay := min(granted, max(e.owed.Load(), 0))
@@ -281,7 +295,7 @@ func (l *limiter) paid(e *entry, granted int64, res tierlimit.Result) debtOutcom
 	left := e.owed.Add(-pay)
 	out := debtShort
 	switch {
-	case left <= 0:
+	case left <= 0, pay >= want && want < e.policy().capacity:
 		e.owedSince.Store(0)
 		out = debtSettled
 	case pay+res.Remaining >= e.policy().capacity:
@@ -369,7 +383,8 @@ func (l *limiter) settleMarks(ctx context.Context, full, short []*entry, locked 
 // payDebt charges e's debt to Redis in one call, reported in ev. The caller
 // holds e's key lock.
 func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
-	granted, res, call, err := l.leaseCall(ctx, "chargeback", e.key, l.debtClaim(e))
+	c := l.debtClaim(e)
+	granted, res, call, err := l.leaseCall(ctx, "chargeback", e.key, c)
 	*ev = call
 	l.replied(e, granted, err)
 	if err != nil {
@@ -378,7 +393,7 @@ func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall
 	one := []*entry{e}
 	cctx, cancel := l.budget(ctx)
 	defer cancel()
-	switch l.paid(e, granted, res) {
+	switch l.paid(e, c.Want, granted, res) {
 	case debtFull:
 		l.settleMarks(cctx, one, nil, true)
 	case debtShort:

@@ -4,6 +4,7 @@ package hybrid
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/tierlimit/tierlimit"
@@ -51,7 +52,10 @@ func (l *limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan struc
 	return nil
 }
 
-// refillBatch is the most leases one background round trip refills.
+// refillBatch is the most claims one background round trip makes
+// (refills, renewals, charge-backs). Redis runs them in one script call,
+// during which it answers no other caller: the call must end well within
+// the call budget, or the breaker takes Redis for stalled.
 const refillBatch = 256
 
 // refillQueue is the entries waiting for a background refill. It is safe
@@ -184,17 +188,15 @@ func (l *limiter) renew(entries []*entry) {
 			todo = append(todo, e)
 		}
 	}
-	for len(todo) > 0 {
-		batch := todo[:min(len(todo), refillBatch)]
-		todo = todo[len(batch):]
+	for batch := range slices.Chunk(todo, refillBatch) {
 		l.claimAll("refill", batch,
 			func(e *entry) store.Claim { return l.claimOf(e, 1, max(1, l.size(e, 1, now)-e.tokens.Load())) },
 			l.applyGrant)
 	}
 }
 
-// claimAll claims what claimFor says for each entry of todo, in one
-// pipelined round trip (op), holding their key locks (in order) so that no
+// claimAll claims what claimFor says for each entry of todo (at most
+// refillBatch of them), in one round trip (op), holding their key locks (in order) so that no
 // Reset interleaves, and hands each grant to got.
 func (l *limiter) claimAll(op string, todo []*entry, claimFor func(*entry) store.Claim, got func(*entry, store.Claim, store.Grant)) {
 	if len(todo) == 0 {
