@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,4 +403,91 @@ func settledStats(l *hybrid.Limiter) hybrid.Stats {
 		st = next
 	}
 	return st
+}
+
+// TestRefundRunAfterItsTimeout: a refund whose call got no reply in time
+// from a stopped Redis, which ran it when it resumed, is counted lost only
+// until the janitor has asked Redis (the refund's marker): its tokens then
+// count as refunded, and Redis's bucket holds exactly capacity - used -
+// Stats.Lost. A client that gives up on a reply after 200 ms and never
+// sends a command again makes the call fail while the refund waits in the
+// stopped server's socket.
+func TestRefundRunAfterItsTimeout(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var sent atomic.Bool // a refund's call was made and failed
+	obs := &tierlimit.Observer{RedisCall: func(c tierlimit.RedisCall) {
+		if c.Op == "refund" && c.Err != nil {
+			sent.Store(true)
+		}
+	}}
+	limit := tierlimit.PerDay(1000) // no refill to speak of: the level is exact
+	lim, err := hybrid.New(rdb, limit, hybrid.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	for range 2 {
+		if r, err := lim.AllowN(ctx, "k", 100); err != nil || !r.Allowed {
+			t.Fatalf("AllowN(k, 100) = %+v, %v", r, err)
+		}
+	}
+	used := int64(200)
+	// The lease's background refill lands first: one in flight at the
+	// pause would hold the key while the breaker opens, and the refund
+	// would not be sent at all (lost, rightly).
+	time.Sleep(200 * time.Millisecond)
+
+	s.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			s.Resume()
+		}
+	}()
+	// A give-back past the lease goes to Redis.
+	if _, err := lim.Settle(ctx, "k", 150, 0); err != nil {
+		t.Fatalf("Settle(k, 150, 0) = %v", err)
+	}
+	used -= 150
+	if !eventually(3*time.Second, func() bool { return lim.Stats().Lost >= 150 }) {
+		t.Fatalf("the refund not counted lost within 3 s: %+v", lim.Stats())
+	}
+	s.Resume()
+	resumed = true
+	if !sent.Load() {
+		t.Log("the refund's call was not made (the breaker had opened): lost, rightly")
+	} else if !eventually(5*time.Second, func() bool { return lim.Stats().Lost == 0 }) {
+		t.Fatalf("the refund, sent and run, still counted lost 5 s after Redis resumed: %+v", lim.Stats())
+	}
+	if err := lim.Close(); err != nil { // its lease goes back too
+		t.Fatalf("Close = %v", err)
+	}
+
+	check, err := remote.NewTokenBucket(rdb, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := check.AllowN(ctx, "k", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := lim.Stats()
+	if want := limit.Capacity() - used - st.Lost; r.Remaining != want {
+		t.Errorf("Redis holds %d of k, want %d (capacity %d - %d used - %d lost); Stats %+v",
+			r.Remaining, want, limit.Capacity(), used, st.Lost, st)
+	}
+}
+
+// eventually polls cond every 20 ms until it holds, at most for limit, and
+// reports whether it did.
+func eventually(limit time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }

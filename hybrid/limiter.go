@@ -68,6 +68,7 @@ type limiter struct {
 	fleet     string
 	instances atomic.Int64
 	refunds   atomic.Int64 // refunds sent, for their IDs
+	doubts    doubts       // refunds counted lost that Redis may have run
 	entries   atomic.Int64 // entries made, for their holder names
 
 	// Observer funcs, nil when not observed.

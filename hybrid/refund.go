@@ -6,10 +6,12 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -39,6 +41,7 @@ func (l *limiter) sweep() {
 	l.renew(entries)
 	_ = l.refund(l.collect(time.Unix(0, l.now()), false, entries), false)
 	l.chargeBack(entries)
+	l.settleDoubts()
 }
 
 // refundHeld gives back the tokens of every lease expired at now (all of
@@ -148,31 +151,127 @@ func (l *limiter) sendRefunds(refunds []store.Refund, anyway bool) (sent, lost i
 	for len(refunds) > 0 {
 		batch := refunds[:min(len(refunds), refundBatch)]
 		refunds = refunds[len(batch):]
-		// A batch of 512 may take longer than one call's budget. failed is
-		// the whole batch unless the call is made.
+		// A batch of 512 may take longer than one call's budget. Every
+		// refund of the batch failed unless the call is made (outs).
 		timeout := 4*l.cfg.callBudget + time.Second
-		failed := batch
+		var outs []store.RefundOutcome
 		ev, callErr := send("refund", timeout, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			var err error
-			failed, err = l.bucket.Refund(ctx, batch...)
+			outs, err = l.bucket.RefundEach(ctx, batch...)
 			return err
 		})
 		l.report(&ev)
-		for _, r := range batch {
+		// Tokens not refunded now are lost, never sent again: by the time
+		// Redis answers again the bucket has refilled them anyway. A
+		// refund whose call got no reply may have run, though: its marker
+		// tells the janitor later (settleDoubts).
+		for i, r := range batch {
 			sent += r.N + r.Spent
-		}
-		// Tokens not refunded now are lost, never retried: by the time
-		// Redis answers again the bucket has refilled them anyway.
-		for _, f := range failed {
-			lost += f.N + f.Spent
+			switch {
+			case outs == nil:
+				lost += r.N + r.Spent
+			case outs[i].Err != nil:
+				lost += r.N + r.Spent
+				if r.ID != "" && !answered(outs[i].Err) {
+					l.doubts.add(r, l.now())
+				}
+			case outs[i].Took < r.N:
+				// The holder's record had ended: the rest stays debited
+				// until the bucket refills it.
+				lost += r.N - outs[i].Took
+			}
 		}
 		if callErr != nil && err == nil {
 			err = callErr
 		}
 	}
 	return sent, lost, err
+}
+
+// doubts are refunds counted lost whose calls got no reply: Redis may have
+// run them all the same (a call past the client's timeout to a paused
+// server runs when the pause ends), and Stats.Lost would then count tokens
+// that went back. At most maxDoubts are kept, each until Redis says whether
+// it ran or its marker would have expired. It is safe for concurrent use.
+type doubts struct {
+	mu   sync.Mutex
+	list []doubt
+}
+
+// doubt is a refund counted lost, and when it was sent (ns).
+type doubt struct {
+	r    store.Refund
+	sent int64
+}
+
+// maxDoubts bounds the refunds kept in doubt: past it, more stay counted
+// lost.
+const maxDoubts = 4096
+
+// markerLife is how long Redis keeps a refund's marker after running it
+// (done in lua/lib.lua): a refund sent longer ago can no longer be asked
+// about.
+const markerLife = 30 * time.Second
+
+// add keeps r, sent at now, in doubt.
+func (d *doubts) add(r store.Refund, now int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.list) < maxDoubts {
+		d.list = append(d.list, doubt{r, now})
+	}
+}
+
+// take removes and returns up to n refunds in doubt.
+func (d *doubts) take(n int) []doubt {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n = min(n, len(d.list))
+	out := slices.Clone(d.list[:n])
+	d.list = slices.Delete(d.list, 0, n)
+	return out
+}
+
+// settleDoubts asks Redis, unless the breaker is open, whether the refunds
+// in doubt ran: the tokens of those that did move from Stats.Lost to
+// Stats.Refunded; those that did not are asked about again at the next
+// round, until their markers would have expired (a refund queued in a
+// paused Redis runs when it resumes, which may be after this round). The
+// question, a read, may be the half-open breaker's probe.
+func (l *limiter) settleDoubts() {
+	if l.brk.current() == tierlimit.BreakerOpen {
+		return
+	}
+	ds := l.doubts.take(refundBatch)
+	if len(ds) == 0 {
+		return
+	}
+	refunds := make([]store.Refund, len(ds))
+	for i, d := range ds {
+		refunds[i] = d.r
+	}
+	var took []int64
+	ev, err := l.call("refund", l.cfg.callBudget, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.callBudget)
+		defer cancel()
+		var err error
+		took, err = l.bucket.Applied(ctx, refunds...)
+		return err
+	})
+	l.report(&ev)
+	now := l.now()
+	for i, d := range ds {
+		switch {
+		case err == nil && took[i] >= 0:
+			back := took[i] + d.r.Spent
+			l.stats.lost.Add(-back)
+			l.stats.refunded.Add(back)
+		case now-d.sent < int64(markerLife):
+			l.doubts.add(d.r, d.sent)
+		}
+	}
 }
 
 // refundID returns an ID no other refund of the fleet has: go-redis may

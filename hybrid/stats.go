@@ -23,7 +23,7 @@ type Stats struct {
 	Leased   int64 // tokens claimed from Redis
 	Spent    int64 // leased tokens that admitted a request
 	Refunded int64 // tokens given back to Redis (or dropped by Reset, which refills the key)
-	Lost     int64 // tokens that could not be refunded (Redis unreachable); never spent
+	Lost     int64 // tokens that could not be refunded (Redis unreachable); never spent. A refund whose call got no reply counts here until Redis says it ran (within 30 s)
 	Held     int64 // tokens in leases right now
 
 	// Degraded mode.

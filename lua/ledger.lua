@@ -10,7 +10,8 @@
 -- string.
 --
 -- KEYS     per call, its n keys, one per limit; a lone refund's marker
---          follows its keys (once in lib.lua).
+--          follows its keys (once and done in lib.lua): it holds, for
+--          30 s after the refund ran, what the refund took back.
 -- KEYS[i]  string "k:r:ts:unit:per:cap" then the ledger: the bucket as
 --          tokenbucket.lua's (the level is k tokens and r/unit of one
 --          more, ts = µs of the last write, unit:per:cap the limit it was
@@ -357,8 +358,12 @@ if batch then j = 4 end
 while j <= #ARGV do
   local c
   c, j, kj = parse_call(j, kj)
-  if not batch and c.op == 'refund' and not once(KEYS[c.n + 1]) then
-    c.back, c.give = 0, 0 -- this refund ran already
+  local marker
+  if not batch and c.op == 'refund' then
+    marker = KEYS[c.n + 1]
+    if not once(marker) then
+      c.back, c.give, marker = 0, 0, nil -- this refund ran already
+    end
   end
   local B = {}
   for i = 1, c.n do B[i] = read_bucket(c, i, clock) end
@@ -367,6 +372,7 @@ while j <= #ARGV do
     allowed, hand = claim(c, B, hold)
   elseif c.op == 'refund' then
     hand = refund(c, B)
+    done(marker, hand)
   else
     allowed, hand = take(c, B)
   end

@@ -56,11 +56,18 @@ local function expire_us(key, us)
 end
 
 -- once reports whether the refund whose marker is key (nil: none) is to be
--- applied: only if the marker did not exist; it then exists for 30 s.
--- go-redis resends a command whose connection broke, and a refund that ran
--- before the break must not run twice: that would mint tokens.
+-- applied: only if the marker does not exist. go-redis resends a command
+-- whose connection broke, and a refund that ran before the break must not
+-- run twice: that would mint tokens.
 local function once(key)
-  return not key or redis.call('SET', key, '1', 'NX', 'PX', 30000) ~= false
+  return not key or redis.call('EXISTS', key) == 0
+end
+
+-- done writes the marker key (nil: none) of a refund once applies: it
+-- holds took, what the refund took back, for 30 s, so that a holder whose
+-- call got no reply can learn whether it ran (store.Limiter.Applied).
+local function done(key, took)
+  if key then redis.call('SET', key, took, 'PX', 30000) end
 end
 
 -- muldiv returns q, r with a·b + c = q·d + r and 0 <= r < d, exactly, for

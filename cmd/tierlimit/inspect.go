@@ -252,6 +252,7 @@ func (st keyState) print(w io.Writer, c inspectConfig) {
 	line("algorithm", "%s: %s", st.name.alg, title)
 	if st.name.refund != "" {
 		line("refund", "marker of the idempotent refund %q: Redis applied it and will not again while the marker lives", st.name.refund)
+		line("took", "%s of its leased tokens back", st.raw)
 		line("ttl", "%v", st.ttl)
 		return
 	}

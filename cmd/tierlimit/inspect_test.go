@@ -101,6 +101,7 @@ func TestInspect(t *testing.T) {
 		`oldest     entry of cost 2 admitted 0s ago`,
 		`sorted set expires in 2s \(its TTL is extended once a Period\)`,
 		`refund     marker of the idempotent refund "lease-7"`,
+		`took       0 of its leased tokens back`,
 		`algorithm  tb: token bucket`,
 		`holder     inst\.1: 2 tokens at most, after call #1, 2 handed to it in all; spends none after in 1s`,
 		`held       2 tokens by 1 holder`,

@@ -216,41 +216,68 @@ type Refund struct {
 // debited until the bucket refills them, and a refund sent again after a
 // broken connection reads as giving none back.
 func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refund, err error) {
-	if err := l.checkLease(); err != nil {
+	outs, err := l.RefundEach(ctx, refunds...)
+	if outs == nil {
 		return refunds, err
+	}
+	for i, o := range outs {
+		switch r := refunds[i]; {
+		case o.Err != nil:
+			failed = append(failed, r)
+		case o.Took < r.N:
+			// The ledger took back what the holder's live record held:
+			// the rest stays debited until the level refills it.
+			failed = append(failed, Refund{Key: r.Key, N: r.N - o.Took, Limit: r.Limit, ID: r.ID, Holder: r.Holder, Gen: r.Gen})
+		}
+	}
+	return failed, err
+}
+
+// RefundOutcome is what became of one refund of RefundEach.
+type RefundOutcome struct {
+	Took int64 // how many of its N the ledger took back
+	// Err is the refund's call's error. A call that got no reply (a
+	// timeout, a broken connection) may have run all the same: Applied
+	// tells, for a refund with an ID.
+	Err error
+}
+
+// RefundEach is Refund, but returns each refund's outcome, in order; the
+// reasons of those that failed are also joined in err. Bad input fails
+// all of them before any is sent: outs is then nil.
+func (l *Limiter) RefundEach(ctx context.Context, refunds ...Refund) (outs []RefundOutcome, err error) {
+	if err := l.checkLease(); err != nil {
+		return nil, err
 	}
 	plans := make([]*plan, len(refunds))
 	for i, r := range refunds {
 		p, err := l.planFor(r.Limit)
 		if err != nil {
-			return refunds, fmt.Errorf("%w (the refund's limit)", err)
+			return nil, fmt.Errorf("%w (the refund's limit)", err)
 		}
 		if err := check.Key(r.Key); err != nil {
-			return refunds, err
+			return nil, err
 		}
 		// N may pass the limit's capacity: a lease claimed under a larger
 		// limit, the key's before a downgrade. The ledger gives back at
 		// most what the holder's record holds.
 		if r.N < 0 || r.N > tierlimit.MaxRate || r.Received < 0 || r.Spent < 0 || r.Spent > p.maxN {
-			return refunds, fmt.Errorf("%w: refund %+v needs 0 <= N <= %d, 0 <= Received and 0 <= Spent <= %d",
+			return nil, fmt.Errorf("%w: refund %+v needs 0 <= N <= %d, 0 <= Received and 0 <= Spent <= %d",
 				tierlimit.ErrInvalidCost, r, int64(tierlimit.MaxRate), p.maxN)
 		}
 		plans[i] = p
 		if len(r.ID) > 64 {
-			return refunds, fmt.Errorf("%w: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
+			return nil, fmt.Errorf("%w: refund ID of %d bytes, more than 64", tierlimit.ErrInvalidKey, len(r.ID))
 		}
 		if err := checkHolder(r.Holder, r.Gen); err != nil {
-			return refunds, err
+			return nil, err
 		}
 	}
 	cmds := l.pipeline(ctx, "refund", len(refunds), func(i int) ([]string, []any) {
 		r := &refunds[i]
 		keys := l.Keys(r.Key)
 		if r.ID != "" {
-			tag := keyTag(r.Key)
-			// '!' after the tag, where every state key has ':': a marker
-			// never names the state of any user key.
-			keys = append(keys, l.bases[0]+string(tag[:])+"}!"+r.ID)
+			keys = append(keys, l.marker(r))
 		}
 		args := make([]any, 0, 10+len(plans[i].specs))
 		args = append(args, l.now(), l.hold, "refund", len(plans[i].specs), r.N, r.Spent, r.Gen, r.Received, flag(r.Live), r.Holder)
@@ -259,22 +286,55 @@ func (l *Limiter) Refund(ctx context.Context, refunds ...Refund) (failed []Refun
 		}
 		return keys, args
 	})
+	outs = make([]RefundOutcome, len(refunds))
 	var errs []error
 	for i, c := range cmds {
-		if c.Err() != nil {
-			failed = append(failed, refunds[i])
-			errs = append(errs, fmt.Errorf("refund %d to %q: %w", refunds[i].N, refunds[i].Key, c.Err()))
+		if err := c.Err(); err != nil {
+			outs[i].Err = err
+			errs = append(errs, fmt.Errorf("refund %d to %q: %w", refunds[i].N, refunds[i].Key, err))
 			continue
 		}
-		if r := refunds[i]; r.N > 0 {
-			// The ledger took back what the holder's live record held:
-			// the rest stays debited until the level refills it.
-			if took := tookBack(c); took < r.N {
-				failed = append(failed, Refund{Key: r.Key, N: r.N - took, Limit: r.Limit, ID: r.ID, Holder: r.Holder, Gen: r.Gen})
-			}
-		}
+		outs[i].Took = tookBack(c)
 	}
-	return failed, errors.Join(errs...)
+	return outs, errors.Join(errs...)
+}
+
+// marker returns the key of refund r's marker (r.ID): in r.Key's slot,
+// with '!' after the tag, where every state key has ':', so that a marker
+// never names the state of any user key.
+func (l *Limiter) marker(r *Refund) string {
+	tag := keyTag(r.Key)
+	return l.bases[0] + string(tag[:]) + "}!" + r.ID
+}
+
+// Applied reports, for each refund (each with an ID), how many of its N
+// the ledger took back if Redis ran it within the last 30 seconds (its
+// marker says so), or -1 if it did not run in that time. A refund whose
+// call got no reply may have run: a paused server runs the commands
+// queued in it when it resumes, past the client's timeout.
+func (l *Limiter) Applied(ctx context.Context, refunds ...Refund) ([]int64, error) {
+	cmds := make([]*redis.StringCmd, len(refunds))
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range refunds {
+			cmds[i] = p.Get(ctx, l.marker(&refunds[i]))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	took := make([]int64, len(refunds))
+	for i, c := range cmds {
+		n, err := c.Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			n = -1
+		case err != nil:
+			return nil, fmt.Errorf("refund %q's marker: %w", refunds[i].ID, err)
+		}
+		took[i] = n
+	}
+	return took, nil
 }
 
 // tookBack reads from a ledger refund's reply how many of its leased tokens

@@ -117,6 +117,19 @@ func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {
 		if r, _ := tb.AllowN(ctx, key, 0); r.Remaining != 60 {
 			t.Errorf("%q: after refunds 5, 5 again, 3, 1, 1: %d tokens, want 60 (the resend not applied)", key, r.Remaining)
 		}
+		// The markers say which refunds ran, and what each took back of
+		// its leased tokens: 4 of a lease of 10, none of spent tokens.
+		if got, _, err := tb.Lease(ctx, key, Claim{Min: 1, Want: 10, Holder: "g", Gen: 1}); err != nil || got != 10 {
+			t.Fatalf("%q: Lease(10) = %d, %v", key, got, err)
+		}
+		lease := Refund{Key: key, N: 4, ID: "y1", Holder: "g", Gen: 2, Received: 10}
+		if _, err := tb.Refund(ctx, lease); err != nil {
+			t.Fatalf("%q: Refund(%+v) = %v", key, lease, err)
+		}
+		took, err := tb.Applied(ctx, Refund{Key: key, ID: "x1"}, Refund{Key: key, ID: "y1"}, Refund{Key: key, ID: "never"})
+		if want := []int64{0, 4, -1}; err != nil || !slices.Equal(took, want) {
+			t.Errorf("%q: Applied(x1, y1, never) = %v, %v; want %v", key, took, err, want)
+		}
 		if _, err := tb.Refund(ctx, Refund{Key: key, Spent: 1, ID: strings.Repeat("i", 65), Holder: "h", Gen: 5}); !errors.Is(err, tierlimit.ErrInvalidKey) {
 			t.Errorf("Refund with a 65-byte ID = %v, want ErrInvalidKey", err)
 		}
