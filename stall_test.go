@@ -16,7 +16,6 @@ import (
 	"github.com/tierlimit/tierlimit/httplimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
-	"github.com/tierlimit/tierlimit/remote"
 )
 
 // stallFaults are the stalls of a Redis that keeps its state: every
@@ -189,20 +188,13 @@ func TestStalledRedisBoundsEveryMethod(t *testing.T) {
 				t.Errorf("Close after the stall = %v", err)
 			}
 			st := settledStats(lim)
-			check, err := remote.NewTokenBucket(rdb, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := check.AllowN(ctx, "k", 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			level := levelOf(t, rdb, limit, "k")
 			want := limit.Capacity() - used - st.Lost
 			t.Logf("Redis holds %d of k; the caller used %d, Stats: %d lost, %d charged back, %d refunded of %d leased",
-				r.Remaining, used, st.Lost, st.ChargedBack, st.Refunded, st.Leased)
-			if r.Remaining != want {
+				level, used, st.Lost, st.ChargedBack, st.Refunded, st.Leased)
+			if level != want {
 				t.Errorf("G1/G5: Redis holds %d of k after the stall, want %d (capacity %d - %d used - %d lost)",
-					r.Remaining, want, limit.Capacity(), used, st.Lost)
+					level, want, limit.Capacity(), used, st.Lost)
 				t.Logf("Stats: %+v", st)
 				logKeys(t, rdb)
 			}
@@ -283,7 +275,6 @@ func TestStalledRedisHTTP(t *testing.T) {
 func TestForgottenClose(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client(t)
-	ctx := context.Background()
 	limit := tierlimit.PerHour(1000)
 	base := runtime.NumGoroutine()
 	func() {
@@ -311,16 +302,8 @@ func TestForgottenClose(t *testing.T) {
 	if got := l.Stats().Instances; got != 1 {
 		t.Errorf("a new limiter counts %d instances, want 1: the dropped ones left the fleet", got)
 	}
-	check, err := remote.NewTokenBucket(rdb, limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := check.AllowN(ctx, "k", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := limit.Capacity() - 20; r.Remaining != want {
-		t.Errorf("Redis holds %d of k after 20 admissions by dropped limiters, want %d: their leases went back", r.Remaining, want)
+	if got, want := levelOf(t, rdb, limit, "k"), limit.Capacity()-20; got != want {
+		t.Errorf("Redis holds %d of k after 20 admissions by dropped limiters, want %d: their leases went back", got, want)
 	}
 }
 
@@ -466,19 +449,17 @@ func TestRefundRunAfterItsTimeout(t *testing.T) {
 		t.Fatalf("Close = %v", err)
 	}
 
-	check, err := remote.NewTokenBucket(rdb, limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := check.AllowN(ctx, "k", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := lim.Stats()
-	if want := limit.Capacity() - used - st.Lost; r.Remaining != want {
+	if got, want := levelOf(t, rdb, limit, "k"), limit.Capacity()-used-st.Lost; got != want {
 		t.Errorf("Redis holds %d of k, want %d (capacity %d - %d used - %d lost); Stats %+v",
-			r.Remaining, want, limit.Capacity(), used, st.Lost, st)
+			got, want, limit.Capacity(), used, st.Lost, st)
 	}
+}
+
+// levelOf returns the tokens Redis holds for key under limit (levels).
+func levelOf(t *testing.T, rdb redis.UniversalClient, limit tierlimit.Limit, key string) int64 {
+	t.Helper()
+	return levels(t, rdb, limit, map[string]int64{key: 0})[key]
 }
 
 // eventually polls cond every 20 ms until it holds, at most for limit, and

@@ -196,8 +196,8 @@ func (l *limiter) renew(entries []*entry) {
 }
 
 // claimAll claims what claimFor says for each entry of todo (at most
-// refillBatch of them), in one round trip (op), holding their key locks (in order) so that no
-// Reset interleaves, and hands each grant to got.
+// refillBatch of them), in one round trip (op), holding their key locks
+// (in order) so that no Reset interleaves, and hands each grant to got.
 func (l *limiter) claimAll(op string, todo []*entry, claimFor func(*entry) store.Claim, got func(*entry, store.Claim, store.Grant)) {
 	if len(todo) == 0 {
 		return
