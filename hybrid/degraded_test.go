@@ -161,6 +161,32 @@ func TestBreakerOpensAndHeals(t *testing.T) {
 	mu.Unlock()
 }
 
+// TestBreakerClosesWhileIdle: after an outage, a limiter that no caller
+// asks closes its breaker by itself once Redis answers (its heartbeat is
+// the half-open breaker's probe), rather than staying half-open until the
+// next decision while its heartbeats succeed.
+func TestBreakerClosesWhileIdle(t *testing.T) {
+	e := newEnv(t)
+	probe, beat := 50*time.Millisecond, 20*time.Millisecond
+	l := e.limiter(t, tierlimit.PerSecond(10), WithLeaseBounds(1, 1),
+		WithBreakerThreshold(3), WithProbeInterval(probe), WithHeartbeat(beat))
+	heal := e.outage()
+	for range 3 {
+		if _, err := l.Allow(e.ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := l.Stats(); s.Breaker != tierlimit.BreakerOpen {
+		t.Fatalf("after 3 failures: breaker %v, want open", s.Breaker)
+	}
+	heal()
+	healed := time.Now()
+	waitFor(t, "the idle limiter's breaker to close", func() bool { return l.Stats().Breaker == tierlimit.BreakerClosed })
+	if d := time.Since(healed); d > probe+2*beat+100*time.Millisecond {
+		t.Errorf("the breaker closed %v after Redis healed, want within the probe interval and two heartbeats (%v, +100ms)", d, probe+2*beat)
+	}
+}
+
 func TestFailureModes(t *testing.T) {
 	for _, tt := range []struct {
 		mode    FailureMode

@@ -71,13 +71,15 @@ func (l *limiter) heartbeats() {
 // as a failed call when the budget runs out): a reply that go-redis
 // retries for longer than the budget, READONLY from a replica say, then
 // shows a misconfiguration rather than an outage. It beats while the
-// breaker holds calls back too, for the same reason, without telling it,
-// as long as beats get answers: once one gets none, a beat would learn
-// nothing, and its failed dials would put go-redis's pool in the backoff
-// that delays the first call after Redis returns.
+// breaker is open too, for the same reason, without telling it, as long
+// as beats get answers: once one gets none, a beat would learn nothing,
+// and its failed dials would put go-redis's pool in the backoff that
+// delays the first call after Redis returns. While the breaker is
+// half-open a beat (but the leaving one) is its probe, unless a caller's
+// is in flight: a limiter no caller asks closes it once Redis answers.
 func (l *limiter) beat(leave bool, wait time.Duration) error {
 	send := l.call
-	if l.brk.current() != tierlimit.BreakerClosed {
+	if st := l.brk.current(); st == tierlimit.BreakerOpen || st == tierlimit.BreakerHalfOpen && leave {
 		if l.silent.Load() {
 			return nil // during an outage the last count known stands
 		}
@@ -91,6 +93,9 @@ func (l *limiter) beat(leave bool, wait time.Duration) error {
 		n, _, err = store.Heartbeat(ctx, l.rdb, l.fleet, l.id, 3*l.cfg.heartbeat, leave)
 		return err
 	})
+	if err == errUnavailable {
+		return nil // another probe is in flight: this beat was not sent
+	}
 	l.report(&ev)
 	var reply redis.Error
 	l.silent.Store(err != nil && !errors.As(err, &reply))
