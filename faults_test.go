@@ -1063,3 +1063,67 @@ func TestRecoveryOverManyKeys(t *testing.T) {
 		t.Errorf("charged back %d of the %d tokens the fallback admitted, want all", st.ChargedBack, fellBack.Load())
 	}
 }
+
+// TestRecoveryBreakerStaysClosed: after a 2 s stall under a loop over
+// 10,000 keys of 1000/s each, with default options and go-redis's default
+// client beside a busy loop, the breaker, once closed after Redis
+// returned, stays closed while the janitor charges back what the fallback
+// admitted on the keys. A charge of every key in one call kept Redis busy
+// past the call budget, which the breaker takes for a stall: at 2fdc797 it
+// opened again about 0.4 s after closing.
+func TestRecoveryBreakerStaysClosed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stalls Redis for 2 s")
+	}
+	const keys = 10_000
+	s := redistest.Start(t)
+	lim, err := hybrid.New(defaultClient(t, s), tierlimit.PerSecond(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	i := 0
+	// run asks the keys in turn, 100 at a time, for d, and calls each
+	// after every 100.
+	run := func(d time.Duration, each func()) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			for range 100 {
+				i++
+				if _, err := lim.Allow(ctx, "k"+strconv.Itoa(i%keys)); err != nil {
+					t.Fatalf("Allow = %v", err)
+				}
+			}
+			time.Sleep(time.Millisecond)
+			each()
+		}
+	}
+	stop := busyLoop(true)
+	defer stop()
+	run(2*time.Second, func() {})
+	s.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			s.Resume()
+		}
+	}()
+	run(2*time.Second, func() {})
+	s.Resume()
+	resumed = true
+	var closedOpens int64 = -1
+	run(3*time.Second, func() {
+		if st := lim.Stats(); closedOpens < 0 && st.Breaker == tierlimit.BreakerClosed {
+			closedOpens = st.BreakerOpens
+		}
+	})
+	st := lim.Stats()
+	t.Logf("breaker opened %d times (%d when it first closed after the stall); %d fallback decisions, %d tokens charged back",
+		st.BreakerOpens, closedOpens, st.Fallback, st.ChargedBack)
+	switch {
+	case closedOpens < 0:
+		t.Errorf("the breaker did not close within 3 s of Redis returning: %+v", st)
+	case st.BreakerOpens != closedOpens:
+		t.Errorf("the breaker opened %d more times after it closed, with Redis answering; want none", st.BreakerOpens-closedOpens)
+	}
+}
