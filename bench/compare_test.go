@@ -138,7 +138,7 @@ type compareFixture struct {
 	fixture
 	rdb   *redis.Client
 	hook  *tripCounter
-	admin *redis.Client // reads the server's CPU time (serverCPU); nil for in-process contenders
+	admin *redis.Client // the benchmark's, reads the server's CPU time (serverCPU); nil for in-process contenders
 }
 
 // newCompareFixture flushes Redis, so that no sub-benchmark sees another's
@@ -151,18 +151,18 @@ func newCompareFixture(b *testing.B, srv *redistest.Server, admin *redis.Client,
 	// Every contender's client as tierlimit's docs recommend: context
 	// deadlines honoured (no call here has one but hybrid's, which then
 	// claims on the caller's goroutine).
-	return buildCompareFixture(b, srv, c, sc, parallel, true)
+	return buildCompareFixture(b, srv, admin, c, sc, parallel, true)
 }
 
 // buildCompareFixture builds c on a new client, which honours context
 // deadlines if deadlines is set, and warms it on sc, in the mode it will be
-// measured in.
-func buildCompareFixture(b *testing.B, srv *redistest.Server, c contender, sc scenario, parallel, deadlines bool) *compareFixture {
+// measured in. admin, the caller's, reads the server's CPU time for it.
+func buildCompareFixture(b *testing.B, srv *redistest.Server, admin *redis.Client, c contender, sc scenario, parallel, deadlines bool) *compareFixture {
 	f := &compareFixture{hook: new(tripCounter)}
 	if c.where != inProcess {
 		f.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true, ContextTimeoutEnabled: deadlines})
 		f.rdb.AddHook(f.hook)
-		f.admin = redis.NewClient(&redis.Options{Addr: srv.Addr, DisableIdentity: true})
+		f.admin = admin
 	}
 	var err error
 	if f.fixture, err = c.build(f.rdb, compareLimit); err != nil {
@@ -223,9 +223,6 @@ func (f *compareFixture) release(b *testing.B) {
 	}
 	if f.rdb != nil {
 		_ = f.rdb.Close()
-	}
-	if f.admin != nil {
-		_ = f.admin.Close()
 	}
 }
 

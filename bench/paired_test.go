@@ -66,7 +66,7 @@ func runPaired(b *testing.B, srv *redistest.Server, admin *redis.Client, sc scen
 	}
 	fs := make([]*compareFixture, len(pairedContenders))
 	for i, name := range pairedContenders {
-		f := buildCompareFixture(b, srv, contenderNamed(b, name), sc, parallel, deadlines)
+		f := buildCompareFixture(b, srv, admin, contenderNamed(b, name), sc, parallel, deadlines)
 		b.Cleanup(func() { f.release(b) })
 		fs[i] = f
 	}

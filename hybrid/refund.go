@@ -210,11 +210,6 @@ type doubt struct {
 // lost.
 const maxDoubts = 4096
 
-// markerLife is how long Redis keeps a refund's marker after running it
-// (done in lua/lib.lua): a refund sent longer ago can no longer be asked
-// about.
-const markerLife = 30 * time.Second
-
 // add keeps r, sent at now, in doubt.
 func (d *doubts) add(r store.Refund, now int64) {
 	d.mu.Lock()
@@ -268,7 +263,7 @@ func (l *limiter) settleDoubts() {
 			back := took[i] + d.r.Spent
 			l.stats.lost.Add(-back)
 			l.stats.refunded.Add(back)
-		case now-d.sent < int64(markerLife):
+		case now-d.sent < int64(store.MarkerTTL): // else it can no longer be asked about
 			l.doubts.add(d.r, d.sent)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -307,8 +308,13 @@ func (l *Limiter) marker(r *Refund) string {
 	return l.bases[0] + string(tag[:]) + "}!" + r.ID
 }
 
+// MarkerTTL is how long Redis keeps a refund's marker after running it
+// (done in lua/lib.lua): how long it applies a Refund.ID once, and how
+// long Applied can tell that it ran.
+const MarkerTTL = 30 * time.Second
+
 // Applied reports, for each refund (each with an ID), how many of its N
-// the ledger took back if Redis ran it within the last 30 seconds (its
+// the ledger took back if Redis ran it within the last MarkerTTL (its
 // marker says so), or -1 if it did not run in that time. A refund whose
 // call got no reply may have run: a paused server runs the commands
 // queued in it when it resumes, past the client's timeout.
