@@ -11,6 +11,7 @@ import (
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
+	"github.com/tierlimit/tierlimit/internal/front"
 )
 
 func newTest(t *testing.T, limit tierlimit.Limit, opts ...Option) (*Limiter, *clocktest.Clock) {
@@ -138,6 +139,43 @@ func TestMemoryBounded(t *testing.T) {
 	}
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
 		t.Errorf("heap grew %d bytes for 1000 keys, want < 4 MiB", grew)
+	}
+}
+
+// TestHotKeysOutliveAScan checks that the front table reports its hits to
+// ristretto's admission policy: keys decided often, from the front table,
+// keep their buckets (drained, so a bucket made again would be full and
+// allow) while 20 times the cache's size of keys asked once each pass
+// through it. Without the sampled uses ristretto's sketch sees a hot key
+// only when the front table misses, and evicts it for one-shot keys.
+func TestHotKeysOutliveAScan(t *testing.T) {
+	if raceEnabled {
+		// ristretto counts Gets through buffers kept in a sync.Pool,
+		// which the race detector empties at random: the sketch then
+		// misses most uses, of every key.
+		t.Skip("ristretto's use counts are lossy under the race detector")
+	}
+	const maxKeys, hot = 1000, 50
+	l, _ := newTest(t, tierlimit.PerHour(5), WithMaxKeys(maxKeys))
+	ctx := context.Background()
+	hotKey := func(i int) string { return fmt.Sprint("hot-", i%hot) }
+	for i := range 5 * hot {
+		if r, err := l.Allow(ctx, hotKey(i)); err != nil || !r.Allowed {
+			t.Fatalf("Allow(%q) while draining = %+v, %v, want allowed", hotKey(i), r, err)
+		}
+	}
+	// Hot before the scan begins: ristretto's sketch counts up to 15 uses.
+	for i := range 16 * front.SampleEvery * hot {
+		l.Allow(ctx, hotKey(i))
+	}
+	for i := range 20 * maxKeys {
+		l.Allow(ctx, fmt.Sprint("once-", i))
+		for j := range 4 {
+			if r, err := l.Allow(ctx, hotKey(4*i+j)); err != nil || r.Allowed {
+				t.Fatalf("after %d one-shot keys: Allow(%q) = %+v, %v, want denied (its drained bucket evicted)",
+					i, hotKey(4*i+j), r, err)
+			}
+		}
 	}
 }
 
