@@ -208,17 +208,23 @@ func (b *Bucket) advance(now int64) {
 		b.last = now
 		return
 	}
-	if full := b.micros(b.cap); uint64(d) >= full {
-		b.tokens, b.owed, b.rem, b.last = b.cap, 0, 0, now
-		return
-	}
-	// rem + d·per units, below (cap + owed - tokens)·unit: the quotient
-	// fits. Debt is repaid first.
+	// rem + d·per units (below 2^127: no carry out) make q whole tokens
+	// and r units. b fills once q reaches what it lacks, cap + owed -
+	// tokens (d then reaches micros(cap)); a quotient past 64 bits (hi >=
+	// unit) is past that too. Debt is repaid first.
 	hi, lo := bits.Mul64(uint64(d), b.per)
 	var c uint64
 	lo, c = bits.Add64(lo, b.rem, 0)
 	hi += c
+	if hi >= b.unit {
+		b.tokens, b.owed, b.rem, b.last = b.cap, 0, 0, now
+		return
+	}
 	q, r := bits.Div64(hi, lo, b.unit)
+	if q >= b.cap+b.owed-b.tokens {
+		b.tokens, b.owed, b.rem, b.last = b.cap, 0, 0, now
+		return
+	}
 	if b.owed > 0 {
 		if q < b.owed {
 			b.owed, b.rem = b.owed-q, r
