@@ -30,7 +30,9 @@
 -- ARGV[1]  client clock in µs, or 0 for TIME
 -- ARGV[2]  hold: µs from a reply that hands tokens to the holder's deadline
 -- ARGV[3]  the mode: 'batch' (the calls follow from ARGV[4], all claims or
---          takes, in order, at one clock; the reply lists theirs), or the
+--          takes, in order, at one clock; the reply is theirs, one after
+--          the other, in one flat array: Redis turns each table of a reply
+--          into RESP with several lookups, a cost per call), or the
 --          op of the one call that follows from ARGV[3]:
 --   claim    op n min want gen held received live debt holder lim1..limn
 --   refund   op n back give gen received live holder lim1..limn
@@ -90,21 +92,21 @@ local record_at = '^' .. record
 -- named table, and returns it and the indexes of the next call. Limit i of
 -- the call is at KEYS[c.kj + i] and ARGV[c.l + i - 1].
 local function parse_call(j, kj)
-  local op, n = ARGV[j], tonumber(ARGV[j + 1])
+  local op, n = ARGV[j], num(ARGV[j + 1])
   local c, l
   if op == 'claim' then
     l = j + 10
-    c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), gen = tonumber(ARGV[j + 4]),
-      held = tonumber(ARGV[j + 5]), received = tonumber(ARGV[j + 6]), live = ARGV[j + 7] == '1',
+    c = {op = op, n = n, min = num(ARGV[j + 2]), want = num(ARGV[j + 3]), gen = num(ARGV[j + 4]),
+      held = num(ARGV[j + 5]), received = num(ARGV[j + 6]), live = ARGV[j + 7] == '1',
       debt = ARGV[j + 8] == '1', holder = ARGV[j + 9], kj = kj, l = l}
   elseif op == 'refund' then
     l = j + 8
-    c = {op = op, n = n, min = 0, back = tonumber(ARGV[j + 2]), give = tonumber(ARGV[j + 3]),
-      gen = tonumber(ARGV[j + 4]), received = tonumber(ARGV[j + 5]), live = ARGV[j + 6] == '1', holder = ARGV[j + 7],
+    c = {op = op, n = n, min = 0, back = num(ARGV[j + 2]), give = num(ARGV[j + 3]),
+      gen = num(ARGV[j + 4]), received = num(ARGV[j + 5]), live = ARGV[j + 6] == '1', holder = ARGV[j + 7],
       kj = kj, l = l}
   elseif op == 'take' then
     l = j + 4
-    c = {op = op, n = n, min = tonumber(ARGV[j + 2]), want = tonumber(ARGV[j + 3]), holder = '', kj = kj, l = l}
+    c = {op = op, n = n, min = num(ARGV[j + 2]), want = num(ARGV[j + 3]), holder = '', kj = kj, l = l}
   else
     error('ledger.lua: unknown op ' .. tostring(op))
   end
@@ -119,26 +121,26 @@ end
 local function read_ledger(b, rest, holder)
   local recs = ''
   if rest and rest ~= '' then
-    local t, l, h, rs = string.match(rest, '^|(%d+):(%d+):(%d+)(.*)$')
-    if t then b.total, b.lo, b.hi, recs = tonumber(t), tonumber(l), tonumber(h), rs end
+    local t, l, h, rs = match(rest, '^|(%d+):(%d+):(%d+)(.*)$')
+    if t then b.total, b.lo, b.hi, recs = num(t), num(l), num(h), rs end
   end
   if recs == '' then return nil end
   if b.lo > b.now then
     -- No deadline has passed: only the holder's record is read.
     b.before = recs
-    local i = holder ~= '' and string.find(recs, ';' .. holder .. ':', 1, true)
+    local i = holder ~= '' and find(recs, ';' .. holder .. ':', 1, true)
     if not i then return nil end
-    local rec, _, a, g, d, x = string.match(recs, record_at, i)
+    local rec, _, a, g, d, x = match(recs, record_at, i)
     if rec then
-      b.mine = {text = rec, held = tonumber(a), gen = tonumber(g), deadline = tonumber(d), handed = tonumber(x)}
-      b.before, b.after = string.sub(recs, 1, i - 1), string.sub(recs, i + #rec)
+      b.mine = {text = rec, held = num(a), gen = num(g), deadline = num(d), handed = num(x)}
+      b.before, b.after = sub(recs, 1, i - 1), sub(recs, i + #rec)
     end
     return nil
   end
   local dead, live, was_hi = nil, {}, b.hi
   b.total, b.lo, b.hi = 0, 0, 0
-  for rec, h, a, g, d, x in string.gmatch(recs, record) do
-    local held, deadline = tonumber(a), tonumber(d)
+  for rec, h, a, g, d, x in gmatch(recs, record) do
+    local held, deadline = num(a), num(d)
     b.total = b.total + held
     if deadline <= b.now then
       if dead then dead[#dead + 1] = {deadline, held} else dead = {{deadline, held}} end
@@ -146,7 +148,7 @@ local function read_ledger(b, rest, holder)
       if deadline > b.hi then b.hi = deadline end
       if b.lo == 0 or deadline < b.lo then b.lo = deadline end
       if h == holder then
-        b.mine = {text = rec, held = held, gen = tonumber(g), deadline = deadline, handed = tonumber(x)}
+        b.mine = {text = rec, held = held, gen = num(g), deadline = deadline, handed = num(x)}
       else
         live[#live + 1] = rec
       end
@@ -183,9 +185,9 @@ local function read_bucket(c, i, clock)
     -- written so that it refills from now.
     k, r, ts, b.dirty = 0, 0, b.now, true
   elseif not k then
-    k, r, ts = math.max(cap - total, 0), 0, b.now
+    k, r, ts = max(cap - total, 0), 0, b.now
   elseif k >= cap - total then
-    k, r = math.max(cap - total, 0), 0
+    k, r = max(cap - total, 0), 0
   end
   if dead then
     if #dead > 1 then table.sort(dead, function(x, y) return x[1] < y[1] end) end
@@ -215,7 +217,7 @@ local function set_record(b, c, held, deadline, handed)
   if held > 0 or deadline > b.now then
     if deadline > b.hi then b.hi = deadline end
     if b.lo == 0 or deadline < b.lo then b.lo = deadline end
-    b.rec = string.format(';%s:%d:%d:%d:%d', c.holder, held, c.gen, deadline, handed)
+    b.rec = format(';%s:%d:%d:%d:%d', c.holder, held, c.gen, deadline, handed)
   else
     b.rec = ''
   end
@@ -241,7 +243,7 @@ local function claim(c, B, hold)
   local u, fresh = nil, want
   for i = 1, c.n do
     local b = B[i]
-    if b.mine then b.u = math.max(b.mine.handed - c.received, 0) end
+    if b.mine then b.u = max(b.mine.handed - c.received, 0) end
     if u == nil or b.u < u then u = b.u end
     if b.k < fresh then fresh = b.k end
   end
@@ -254,8 +256,8 @@ local function claim(c, B, hold)
     local m = b.mine
     local held, deadline, handed = fresh, 0, c.received
     if m then
-      held = math.min(m.held, c.held + b.u) + fresh
-      deadline, handed = m.deadline, math.max(m.handed, c.received)
+      held = min(m.held, c.held + b.u) + fresh
+      deadline, handed = m.deadline, max(m.handed, c.received)
     end
     if hand > 0 then deadline = b.now + hold end
     b.k = b.k - fresh
@@ -286,14 +288,14 @@ local function refund(c, B)
     local m, back = b.mine, c.give
     local mine = 0
     if m and m.gen < c.gen then
-      mine = math.min(c.back + math.max(m.handed - c.received, 0), m.held)
+      mine = min(c.back + max(m.handed - c.received, 0), m.held)
       back = back + mine
       -- Nothing is left undelivered: what was went back with mine.
       set_record(b, c, 0, m.deadline, c.received)
     end
     if mine < took then took = mine end
     if back > 0 then
-      local ceil = math.max(b.cap - b.total, 0)
+      local ceil = max(b.cap - b.total, 0)
       if b.k + back >= ceil then b.k, b.r = ceil, 0 else b.k = b.k + back end
       b.dirty = true
     end
@@ -317,11 +319,13 @@ local function take(c, B)
   return 1, got
 end
 
--- finish writes every changed bucket of B and returns call c's reply.
+-- finish writes every changed bucket of B and appends call c's reply to
+-- reply.
 -- Keeps L5: the TTL outlasts the last deadline plus the time the level
 -- takes to fill; a state with no record is tokenbucket.lua's.
-local function finish(c, B, clock, allowed, hand)
-  local reply = {allowed, hand}
+local function finish(reply, c, B, clock, allowed, hand)
+  reply[#reply + 1] = allowed
+  reply[#reply + 1] = hand
   for i = 1, c.n do
     local b = B[i]
     local key, lim = KEYS[c.kj + i], ARGV[c.l + i - 1]
@@ -338,8 +342,8 @@ local function finish(c, B, clock, allowed, hand)
       if b.before == '' and rec == '' and b.after == '' and b.hi <= b.now then
         bucket_put(key, b.k, b.r, b.now, b.cap, reset, lim)
       else
-        put(key, string.format('%d:%d:%d:%s|%d:%d:%d', b.k, b.r, b.now, lim, b.total, b.lo, b.hi) ..
-          b.before .. rec .. b.after, math.max(b.hi - b.now, 0) + reset)
+        put(key, format('%d:%d:%d:%s|%d:%d:%d', b.k, b.r, b.now, lim, b.total, b.lo, b.hi) ..
+          b.before .. rec .. b.after, max(b.hi - b.now, 0) + reset)
       end
     end
     local retry = 0
@@ -348,11 +352,10 @@ local function finish(c, B, clock, allowed, hand)
     reply[#reply + 1] = retry
     reply[#reply + 1] = reset
   end
-  return reply
 end
 
 -- The calls, each read, decided by its op and written in turn.
-local clock, hold, batch = now_us(), tonumber(ARGV[2]), ARGV[3] == 'batch'
+local clock, hold, batch = now_us(), num(ARGV[2]), ARGV[3] == 'batch'
 local out, j, kj = {}, 3, 0
 if batch then j = 4 end
 while j <= #ARGV do
@@ -376,7 +379,6 @@ while j <= #ARGV do
   else
     allowed, hand = take(c, B)
   end
-  out[#out + 1] = finish(c, B, clock, allowed, hand)
+  finish(out, c, B, clock, allowed, hand)
 end
-if batch then return out end
-return out[1]
+return out

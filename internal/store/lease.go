@@ -417,21 +417,28 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 		return ks, args
 	})
 	for b, cmd := range cmds {
+		// The batch's replies are one flat array, each claim's as long
+		// as its limits make it (result).
 		replies, err := cmd.Slice()
-		if err == nil && len(replies) != len(batches[b]) {
-			err = fmt.Errorf("%s: batch reply of %d claims, want %d", l.alg.name, len(replies), len(batches[b]))
+		if err == nil {
+			want := 0
+			for _, i := range batches[b] {
+				want += replyLen(plans[i].limits)
+			}
+			if len(replies) != want {
+				err = fmt.Errorf("%s: batch reply of %d values, want %d for %d claims",
+					l.alg.name, len(replies), want, len(batches[b]))
+			}
 		}
-		for j, i := range batches[b] {
+		at := 0
+		for _, i := range batches[b] {
 			if err != nil {
 				grants[i].Err = err
 				continue
 			}
-			reply, ok := replies[j].([]any)
-			if !ok {
-				grants[i].Err = fmt.Errorf("%s: batch reply %d is %T", l.alg.name, j, replies[j])
-				continue
-			}
-			grants[i].Result, grants[i].Granted, grants[i].Err = l.result(reply, plans[i].limits)
+			n := replyLen(plans[i].limits)
+			grants[i].Result, grants[i].Granted, grants[i].Err = l.result(replies[at:at+n], plans[i].limits)
+			at += n
 		}
 	}
 }

@@ -397,12 +397,16 @@ func (l *Limiter) run(ctx context.Context, keys []string, args []any, limits []t
 	return l.result(reply, limits)
 }
 
+// replyLen is the length of a script's reply to one call under limits:
+// allowed, handed, then remaining, retry and reset per limit.
+func replyLen(limits []tierlimit.Limit) int { return 2 + 3*len(limits) }
+
 // result folds a script reply {allowed, granted, per entry: remaining,
 // retry_us, reset_us} into one Result: the most restrictive entry decides.
 func (l *Limiter) result(reply []any, limits []tierlimit.Limit) (tierlimit.Result, int64, error) {
-	if len(reply) != 2+3*len(limits) {
+	if len(reply) != replyLen(limits) {
 		return tierlimit.Result{}, 0, fmt.Errorf("%s: reply of %d values, want %d",
-			l.alg.name, len(reply), 2+3*len(limits))
+			l.alg.name, len(reply), replyLen(limits))
 	}
 	at := func(i int) int64 {
 		v, _ := reply[i].(int64) // the scripts reply integers only
