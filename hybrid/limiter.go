@@ -57,8 +57,8 @@ type limiter struct {
 	start time.Time
 	epoch int64
 
-	waits   wait.Lines   // WaitN's callers, in line per key
-	queue   *refillQueue // the entries waiting for a background refill
+	waits   wait.Lines              // WaitN's callers, in line per key
+	queues  [refillers]*refillQueue // the entries waiting for a background refill (queueOf)
 	stats   counters
 	stalled stalls // callers kept waiting on claims (see size)
 
@@ -173,13 +173,15 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		cfg:      cfg,
 		rdb:      rdb,
 		bucket:   bucket,
-		queue:    newRefillQueue(),
 		done:     make(chan struct{}),
 		inline:   honoursDeadlines(rdb),
 		start:    time.Now(),
 		id:       instanceID(),
 		fleet:    store.FleetKey(cfg.prefix, limit),
 		answered: heard(rdb),
+	}
+	for i := range l.queues {
+		l.queues[i] = newRefillQueue()
 	}
 	l.instances.Store(1)
 	_, l.mono = cfg.clock.(tierlimit.SystemClock)
@@ -219,9 +221,10 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		_ = l.bucket.Load(ctx)
 		cancel()
 	}
-	l.wg.Add(4)
-	go l.refiller()
-	go l.refiller()
+	l.wg.Add(2 + refillers)
+	for i := range l.queues {
+		go l.refiller(l.queues[i])
+	}
 	go l.janitor()
 	go l.heartbeats()
 	if onBreaker != nil {

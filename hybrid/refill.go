@@ -27,7 +27,7 @@ func (l *limiter) refill(e *entry) {
 	if !e.refillDone.CompareAndSwap(nil, &done) {
 		return
 	}
-	l.queue.push(e)
+	l.queues[l.queueOf(e)].push(e)
 }
 
 // refilled ends e's refill and wakes the callers waiting on it.
@@ -55,8 +55,25 @@ func (l *limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan struc
 // refillBatch is the most claims one background round trip makes
 // (refills, renewals, charge-backs). Redis runs them in one script call,
 // during which it answers no other caller: the call must end well within
-// the call budget, or the breaker takes Redis for stalled.
-const refillBatch = 256
+// the call budget, or the breaker takes Redis for stalled. The refillers'
+// batches may be in Redis at once, so that a call may wait behind
+// refillers·refillBatch claims, as many as one batch of 256 did before
+// there were two.
+const refillBatch = 128
+
+// refillers is the number of background refill workers, each with its own
+// queue and its own share of the key locks (queueOf), so that their round
+// trips overlap: a refill batch holds the key locks of its keys while it
+// waits for Redis (claimAll), and a batch of 256 keys drawn at random holds
+// most of the 256 locks, so that workers sharing the locks ran one batch at
+// a time, Redis idle while the client encoded and decoded them
+// (bench/RESULTS.md, issue 28).
+const refillers = 2
+
+// queueOf returns the index of e's refill queue: its key lock's, modulo
+// refillers, so that the keys of one worker's batches never share a lock
+// with another's.
+func (l *limiter) queueOf(e *entry) int { return l.keyLockIndex(e.key) % refillers }
 
 // refillQueue is the entries waiting for a background refill. It is safe
 // for concurrent use.
@@ -79,8 +96,7 @@ func (q *refillQueue) push(e *entry) {
 	}
 }
 
-// pop moves up to refillBatch queued entries to batch and returns it; it
-// wakes another worker if more are left.
+// pop moves up to refillBatch queued entries to batch and returns it.
 func (q *refillQueue) pop(batch []*entry) []*entry {
 	q.mu.Lock()
 	n := min(len(q.waiting), refillBatch)
@@ -89,12 +105,6 @@ func (q *refillQueue) pop(batch []*entry) []*entry {
 	clear(q.waiting[rest:])
 	q.waiting = q.waiting[:rest]
 	q.mu.Unlock()
-	if rest > 0 {
-		select {
-		case q.wake <- struct{}{}:
-		default:
-		}
-	}
 	return batch
 }
 
@@ -102,16 +112,16 @@ func (q *refillQueue) pop(batch []*entry) []*entry {
 // to refillBatch) and claims for all of them in one pipelined round trip,
 // until the queue is empty. When the limiter closes it ends the refills
 // still queued (their waiters decide on without them).
-func (l *limiter) refiller() {
+func (l *limiter) refiller(q *refillQueue) {
 	defer l.wg.Done()
 	var batch []*entry
 	for {
 		select {
 		case <-l.done:
-			l.drain(batch, false)
+			l.drain(q, batch, false)
 			return
-		case <-l.queue.wake:
-			batch = l.drain(batch, true)
+		case <-q.wake:
+			batch = l.drain(q, batch, true)
 		}
 	}
 }
@@ -119,8 +129,8 @@ func (l *limiter) refiller() {
 // drain takes the queued entries, refillBatch at a time, until none is
 // left, refills them if claim is set, and ends their refills. It returns
 // batch's buffer for the next drain.
-func (l *limiter) drain(batch []*entry, claim bool) []*entry {
-	for batch = l.queue.pop(batch); len(batch) > 0; batch = l.queue.pop(batch) {
+func (l *limiter) drain(q *refillQueue, batch []*entry, claim bool) []*entry {
+	for batch = q.pop(batch); len(batch) > 0; batch = q.pop(batch) {
 		if claim {
 			l.refillAll(batch)
 		}
