@@ -178,12 +178,17 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// entry is a key's bucket in the cache.
+// entry is a key's bucket in the cache. It is two cache lines, in Go's
+// 128-byte size class: the first holds what a decision only reads (key,
+// gone, the bucket's limit and scale), the second what it writes (the
+// bucket's lock and level, uses), so that the cores deciding one key in
+// parallel take only the second from each other, and find the first in
+// their own caches (TestEntryLayout; bench/RESULTS.md, issue 28).
 type entry struct {
 	key  string
-	gone atomic.Bool   // ristretto no longer holds e: find skips it
-	uses atomic.Uint32 // front-table hits, of which a sample is reported to ristretto
+	gone atomic.Bool // ristretto no longer holds e: find skips it
 	b    xrate.Bucket
+	uses atomic.Uint32 // front-table hits, of which a sample is reported to ristretto
 }
 
 // gone is ristretto's callback for an entry leaving it (nil for a Del of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -175,6 +176,37 @@ func TestHotKeysOutliveAScan(t *testing.T) {
 				t.Fatalf("after %d one-shot keys: Allow(%q) = %+v, %v, want denied (its drained bucket evicted)",
 					i, hotKey(4*i+j), r, err)
 			}
+		}
+	}
+}
+
+// TestEntryLayout checks entry's two cache lines (see entry): what a
+// decision only reads within the first 64 bytes, what it writes in the
+// second, the whole in Go's 128-byte size class.
+func TestEntryLayout(t *testing.T) {
+	et := reflect.TypeFor[entry]()
+	if size := et.Size(); size <= 64 || size > 128 {
+		t.Errorf("entry is %d bytes, want 65 to 128", size)
+	}
+	bf, _ := et.FieldByName("b")
+	field := func(name string) (offset, size uintptr) {
+		if f, ok := et.FieldByName(name); ok {
+			return f.Offset, f.Type.Size()
+		}
+		f, ok := bf.Type.FieldByName(name)
+		if !ok {
+			t.Fatalf("entry and its bucket have no field %s", name)
+		}
+		return bf.Offset + f.Offset, f.Type.Size()
+	}
+	for _, name := range []string{"key", "gone", "limit", "unit", "per"} {
+		if off, size := field(name); off+size > 64 {
+			t.Errorf("%s, read by every decision, at bytes %d to %d: want it in the first 64", name, off, off+size)
+		}
+	}
+	for _, name := range []string{"mu", "tokens", "owed", "rem", "last", "uses"} {
+		if off, _ := field(name); off < 64 {
+			t.Errorf("%s, written by every decision, at byte %d: want it past the first 64", name, off)
 		}
 	}
 }

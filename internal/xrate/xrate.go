@@ -21,12 +21,16 @@ import (
 
 // Bucket is one key's token bucket. It is safe for concurrent use and must
 // not be copied. Its limit must be valid (tierlimit.Limit.Validate).
+//
+// The limit and its scale, which a decision only reads, come before the
+// lock and the level, which it writes: a holder can then keep them on
+// separate cache lines (local's entry, TestEntryLayout there).
 type Bucket struct {
-	mu     sync.Mutex
 	limit  tierlimit.Limit
 	unit   uint64 // units per token
 	per    uint64 // units refilled per µs
 	cap    uint64 // capacity in tokens
+	mu     sync.Mutex
 	tokens uint64 // whole tokens, <= cap
 	owed   uint64 // whole tokens of debt (Settle), <= cap; tokens == 0 when owed > 0
 	rem    uint64 // units of the next token, < unit; 0 when tokens == cap
