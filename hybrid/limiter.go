@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/perlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/wait"
@@ -267,7 +267,7 @@ func (l *limiter) keyLockIndex(key string) int {
 
 // keyHash is the hash of a key behind the front table, the key locks and
 // the counter stripes.
-func keyHash(key string) uint64 { return xxhash.Sum64String(key) }
+func keyHash(key string) uint64 { return front.Hash(key) }
 
 // close is Close: the limiter's part, which a cleanup calls too.
 func (l *limiter) close() error {

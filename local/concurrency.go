@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/permit"
 )
 
@@ -268,7 +268,7 @@ func (c *Concurrency) check(ctx context.Context, key string) (int64, error) {
 
 // shard returns key's shard and its index.
 func (c *Concurrency) shard(key string) (uint64, *concShard) {
-	i := xxhash.Sum64String(key) % concShards
+	i := front.Hash(key) % concShards
 	return i, &c.shards[i]
 }
 

@@ -34,7 +34,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
@@ -280,7 +279,7 @@ func (l *Limiter) allowN(res *tierlimit.Result, key string, n int64) error {
 		return nil
 	}
 	now := l.nanos()
-	b, err := l.bucket(key, xxhash.Sum64String(key), limit, now)
+	b, err := l.bucket(key, front.Hash(key), limit, now)
 	if err != nil {
 		return err
 	}
@@ -334,7 +333,7 @@ func (l *Limiter) allowAtMost(key string, n int64) (int64, tierlimit.Result, err
 		return 0, blocked, nil
 	}
 	now := l.nanos()
-	b, err := l.bucket(key, xxhash.Sum64String(key), limit, now)
+	b, err := l.bucket(key, front.Hash(key), limit, now)
 	if err != nil {
 		return 0, tierlimit.Result{}, err
 	}
@@ -351,7 +350,7 @@ func (l *Limiter) Reset(_ context.Context, key string) error {
 	if err := check.Key(key); err != nil {
 		return named(err)
 	}
-	h := xxhash.Sum64String(key)
+	h := front.Hash(key)
 	if !l.gate.Enter(h) {
 		return tierlimit.ErrClosed
 	}

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/xrate"
 )
 
@@ -122,7 +122,7 @@ func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 	// Buckets are locked in key order, so that AllowAlls sharing keys
 	// cannot each hold one the other waits for.
 	slices.SortFunc(merged, func(a, b tierlimit.Take) int { return strings.Compare(a.Key, b.Key) })
-	h := xxhash.Sum64String(merged[0].Key)
+	h := front.Hash(merged[0].Key)
 	if !l.gate.Enter(h) {
 		return tierlimit.Result{}, tierlimit.ErrClosed
 	}
@@ -147,7 +147,7 @@ func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 	}
 	now := l.nanos()
 	for i, t := range merged {
-		b, err := l.bucket(t.Key, xxhash.Sum64String(t.Key), xt[i].Limit, now)
+		b, err := l.bucket(t.Key, front.Hash(t.Key), xt[i].Limit, now)
 		if err != nil {
 			return tierlimit.Result{}, err
 		}
@@ -226,7 +226,7 @@ func (l *Limiter) settle(key string, charged, used int64) (tierlimit.Result, err
 	if err := check.Key(key); err != nil {
 		return tierlimit.Result{}, err
 	}
-	h := xxhash.Sum64String(key)
+	h := front.Hash(key)
 	if !l.gate.Enter(h) {
 		return tierlimit.Result{}, tierlimit.ErrClosed
 	}

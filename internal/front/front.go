@@ -17,6 +17,7 @@
 package front
 
 import (
+	"hash/maphash"
 	"math/rand/v2"
 	"sync/atomic"
 )
@@ -53,6 +54,15 @@ func New[E any](maxKeys int64) *Table[E] {
 	}
 	return &Table[E]{sets: make([]Set[E], n)}
 }
+
+// seed is Hash's seed: one per process.
+var seed = maphash.MakeSeed()
+
+// Hash returns the hash of key that Set takes, which its users also stripe
+// their locks and counters by: the runtime's string hash (hash/maphash),
+// which costs a decision less than xxhash did on short keys (bench/RESULTS.md,
+// issue 28), seeded per process.
+func Hash(key string) uint64 { return maphash.String(seed, key) }
 
 // Set returns the set of hash h, and the tag of h in it.
 func (t *Table[E]) Set(h uint64) (*Set[E], uint32) {

@@ -1,6 +1,7 @@
 package front
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,5 +133,24 @@ func TestSampledOnePerSampleEvery(t *testing.T) {
 	}
 	if n != 10 {
 		t.Errorf("Sampled over %d hits = true %d times, want 10", 10*SampleEvery, n)
+	}
+}
+
+// TestHashSpreads: keys that differ in a digit land in sets as a random
+// function would put them (1 - 1/e of the sets hold one of as many keys as
+// sets), and a key hashes the same each time.
+func TestHashSpreads(t *testing.T) {
+	tb := New[int](maxSets)
+	used := make(map[*Set[int]]bool)
+	for i := range maxSets {
+		key := "key-" + strconv.Itoa(i)
+		if Hash(key) != Hash(key) {
+			t.Fatalf("Hash(%q) changed between calls", key)
+		}
+		s, _ := tb.Set(Hash(key))
+		used[s] = true
+	}
+	if got, want := len(used), maxSets*6/10; got < want {
+		t.Errorf("%d keys used %d of %d sets, want at least %d", maxSets, got, maxSets, want)
 	}
 }
