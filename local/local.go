@@ -180,14 +180,14 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 // entry is a key's bucket in the cache. It is two cache lines, in Go's
 // 128-byte size class: the first holds what a decision only reads (key,
 // gone, the bucket's limit and scale), the second what it writes (the
-// bucket's lock and level, uses), so that the cores deciding one key in
+// bucket's lock and level), so that the cores deciding one key in
 // parallel take only the second from each other, and find the first in
 // their own caches (TestEntryLayout; bench/RESULTS.md, issue 28).
 type entry struct {
 	key  string
 	gone atomic.Bool // ristretto no longer holds e: find skips it
 	b    xrate.Bucket
-	uses atomic.Uint32 // front-table hits, of which a sample is reported to ristretto
+	_    [8]byte // to 120 bytes: in the 112-byte size class an entry would not start on a line
 }
 
 // gone is ristretto's callback for an entry leaving it (nil for a Del of
@@ -381,7 +381,7 @@ func (l *Limiter) bucket(key string, h uint64, limit tierlimit.Limit, now int64)
 	set, tag := l.hot.Set(h)
 	for i := range front.Ways {
 		if e := set.Load(i, tag); e != nil && e.key == key && !e.gone.Load() {
-			if front.Sampled(&e.uses) {
+			if front.Sampled() {
 				l.touch(key, h)
 			}
 			return &e.b, nil

@@ -103,13 +103,16 @@ func (s *Set[E]) Store(tag uint32, e *E) {
 	s.tags[i].Store(tag)
 }
 
-// SampleEvery is how many of an entry's hits make one sampled use: a
-// ristretto Get misses the caches for several lines, so reporting many hits
-// puts them back on the decision's path (BenchmarkComparePaired's profile,
-// with one in 16, on many keys).
+// SampleEvery is how many of an entry's hits make one sampled use, on
+// average: a ristretto Get misses the caches for several lines, so
+// reporting many hits puts them back on the decision's path
+// (BenchmarkComparePaired's profile, with one in 16, on many keys).
 const SampleEvery = 64
 
-// Sampled counts a hit in uses, an entry's hit counter, and reports
-// whether this hit is the one in SampleEvery that its user reports to
-// ristretto (a Get of the key).
-func Sampled(uses *atomic.Uint32) bool { return uses.Add(1)%SampleEvery == 0 }
+// Sampled reports whether a hit is one that its user reports to ristretto
+// (a Get of the key): one in SampleEvery at random, so that each key's
+// reported uses follow its hits. It draws from the runtime's per-thread
+// generator rather than count in the entry: a count is one more locked
+// write to the entry's line on every hit, which the cores deciding one key
+// in parallel pay for (bench/RESULTS.md, issue 28).
+func Sampled() bool { return rand.Uint32()%SampleEvery == 0 }
