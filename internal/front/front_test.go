@@ -146,10 +146,11 @@ func TestHashSpreads(t *testing.T) {
 	used := make(map[*Set[int]]bool)
 	for i := range maxSets {
 		key := "key-" + strconv.Itoa(i)
-		if Hash(key) != Hash(key) {
-			t.Fatalf("Hash(%q) changed between calls", key)
+		h := Hash(key)
+		if again := Hash(key); again != h {
+			t.Fatalf("Hash(%q) = %x, then %x", key, h, again)
 		}
-		s, _ := tb.Set(Hash(key))
+		s, _ := tb.Set(h)
 		used[s] = true
 	}
 	if got, want := len(used), maxSets*6/10; got < want {
