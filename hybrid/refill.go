@@ -56,9 +56,8 @@ func (l *limiter) awaitRefill(ctx context.Context, e *entry, budget <-chan struc
 // (refills, renewals, charge-backs). Redis runs them in one script call,
 // during which it answers no other caller: the call must end well within
 // the call budget, or the breaker takes Redis for stalled. The refillers'
-// batches may be in Redis at once, so that a call may wait behind
-// refillers·refillBatch claims, as many as one batch of 256 did before
-// there were two.
+// batches may be in Redis at once: a call may wait behind
+// refillers·refillBatch = 256 claims.
 const refillBatch = 128
 
 // refillers is the number of background refill workers, each with its own
@@ -80,12 +79,12 @@ func (l *limiter) queueOf(e *entry) int { return l.keyLockIndex(e.key) % refille
 type refillQueue struct {
 	mu      sync.Mutex
 	waiting []*entry
-	wake    chan struct{} // holds a token while waiting may be non-empty
+	wake    chan struct{} // holds a token while waiting may be non-empty: its worker drains it then
 }
 
 func newRefillQueue() *refillQueue { return &refillQueue{wake: make(chan struct{}, 1)} }
 
-// push queues e and wakes a worker.
+// push queues e and wakes the queue's worker.
 func (q *refillQueue) push(e *entry) {
 	q.mu.Lock()
 	q.waiting = append(q.waiting, e)

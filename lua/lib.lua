@@ -48,11 +48,6 @@ local function cdiv(a, b)
   return q
 end
 
--- str formats an integer without exponent or fraction.
-local function str(x)
-  return format('%d', x)
-end
-
 -- ttl_ms returns a TTL in ms that outlasts us microseconds (at least 1 ms).
 local function ttl_ms(us)
   return cdiv(max(us, 1), 1000) + 1

@@ -49,7 +49,7 @@ func checkMuldiv(t *testing.T, rdb redis.UniversalClient, cases []muldivCase) {
 		t.Fatal(err)
 	}
 	s := redis.NewScript(string(lib) + "\nlocal q, r = muldiv(tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))\n" +
-		"return {str(q), str(r)}")
+		"return {string.format('%d', q), string.format('%d', r)}")
 	ctx := context.Background()
 	for _, c := range cases {
 		got, err := s.Run(ctx, rdb, nil, 0, c.a, c.b, c.c, c.d).StringSlice()

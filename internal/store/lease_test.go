@@ -130,6 +130,11 @@ func refundIdempotent(t *testing.T, rdb redis.UniversalClient) {
 		if want := []int64{0, 4, -1}; err != nil || !slices.Equal(took, want) {
 			t.Errorf("%q: Applied(x1, y1, never) = %v, %v; want %v", key, took, err, want)
 		}
+		// The marker lives MarkerTTL (lib.lua's done writes it): hybrid
+		// asks about a refund in doubt for that long.
+		if ttl, err := rdb.PTTL(ctx, tb.marker(&lease)).Result(); err != nil || ttl <= MarkerTTL-5*time.Second || ttl > MarkerTTL {
+			t.Errorf("%q: the marker's TTL = %v, %v; want just under MarkerTTL (%v)", key, ttl, err, MarkerTTL)
+		}
 		if _, err := tb.Refund(ctx, Refund{Key: key, Spent: 1, ID: strings.Repeat("i", 65), Holder: "h", Gen: 5}); !errors.Is(err, tierlimit.ErrInvalidKey) {
 			t.Errorf("Refund with a 65-byte ID = %v, want ErrInvalidKey", err)
 		}
