@@ -186,7 +186,10 @@ local function read_bucket(c, i, clock)
     k, r, ts, b.dirty = 0, 0, b.now, true
   elseif not k then
     k, r, ts = max(cap - total, 0), 0, b.now
-  elseif k >= cap - total then
+  elseif k >= max(cap - total, 0) then
+    -- Above the ceiling (records written under a larger capacity): down
+    -- to it. A level below empty stays: a debt is repaid by the refill,
+    -- never forgiven because the records exceed a lowered capacity.
     k, r = max(cap - total, 0), 0
   end
   if dead then
@@ -262,15 +265,19 @@ local function claim(c, B, hold)
     if hand > 0 then deadline = b.now + hold end
     b.k = b.k - fresh
     if fresh > 0 then b.dirty = true end
-    if c.debt and want > fresh then
+    local debt = c.debt and want > fresh
+    if debt then
       -- What the level lacks goes into debt: the level falls below
       -- empty, to -cap at most (the rest is forgiven). The record holds
       -- only the fresh tokens: the debt is the level's, which refills it.
+      -- The record stays for at least hold, holding nothing if need be,
+      -- so that the claim sent again finds its gen and takes no more.
       b.k = b.k - (want - fresh)
       if b.k < -b.cap then b.k, b.r = -b.cap, 0 end
       b.dirty = true
+      deadline = max(deadline, b.now + hold)
     end
-    if m or held > 0 then set_record(b, c, held, deadline, handed + fresh) end
+    if m or held > 0 or debt then set_record(b, c, held, deadline, handed + fresh) end
   end
   return allowed, hand
 end
@@ -280,18 +287,27 @@ end
 -- level refills them: the caller counts them lost). Keeps L1 and L2: only
 -- a live record of an earlier call gives tokens back, at most its held
 -- (what it moves to the level leaves the ledger), and ends it; give, spent
--- tokens given back, refills up to the ceiling as any refund does.
-local function refund(c, B)
+-- tokens given back, refills up to the ceiling as any refund does, once:
+-- a record of the refund's gen or a later one says that it ran already
+-- (go-redis sent it again, its marker gone) or that a later call of the
+-- holder ran first, and it gives nothing; so a refund that gives writes
+-- its holder's record, holding nothing, for at least hold.
+local function refund(c, B, hold)
   local took = c.back
   for i = 1, c.n do
     local b = B[i]
-    local m, back = b.mine, c.give
-    local mine = 0
-    if m and m.gen < c.gen then
-      mine = min(c.back + max(m.handed - c.received, 0), m.held)
-      back = back + mine
+    local m, back, mine = b.mine, 0, 0
+    if not m or m.gen < c.gen then
+      back = c.give
+      local deadline = 0
+      if m then
+        mine = min(c.back + max(m.handed - c.received, 0), m.held)
+        back = back + mine
+        deadline = m.deadline
+      end
+      if c.give > 0 then deadline = max(deadline, b.now + hold) end
       -- Nothing is left undelivered: what was went back with mine.
-      set_record(b, c, 0, m.deadline, c.received)
+      if m or c.give > 0 then set_record(b, c, 0, deadline, c.received) end
     end
     if mine < took then took = mine end
     if back > 0 then
@@ -374,7 +390,7 @@ while j <= #ARGV do
   if c.op == 'claim' then
     allowed, hand = claim(c, B, hold)
   elseif c.op == 'refund' then
-    hand = refund(c, B)
+    hand = refund(c, B, hold)
     done(marker, hand)
   else
     allowed, hand = take(c, B)
