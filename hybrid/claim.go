@@ -177,10 +177,15 @@ func (l *limiter) claimInto(ctx context.Context, e *entry, lo, hi int64) error {
 // with what e holds now and what its replies granted. The caller holds e's
 // key lock: e's claims and refunds are numbered in the order they are
 // made.
+//
+// The claim, if it runs, lowers e's record to what e holds now (and what
+// replies e never got carried), granted or denied: from then on the record
+// covers only that (e.covered), and what the reply grants (replied).
 func (l *limiter) claimOf(e *entry, lo, want int64) store.Claim {
 	c := e.policy().claim(lo, want)
 	c.Holder, c.Gen, c.Held, c.Received = e.holder, e.gen.Add(1), e.tokens.Load(), e.received.Load()
 	c.Live = l.live(e)
+	e.covered.Store(min(e.covered.Load(), c.Held))
 	return c
 }
 
@@ -195,6 +200,7 @@ func (l *limiter) replied(e *entry, granted int64, err error) {
 	switch {
 	case err == nil:
 		e.received.Add(granted)
+		e.covered.Add(granted)
 		return
 	case errors.As(err, &reply) || l.bucket.Misconfigured(err):
 		return

@@ -35,6 +35,7 @@ type entry struct {
 	holder     string                        // e's name in the bucket's lease ledger: unique in the fleet
 	gen        atomic.Int64                  // e's claims so far, with the ledger; written under the key lock, read by Close without it
 	received   atomic.Int64                  // what e's claims' replies granted, in total (store.Claim.Received); written under the key lock
+	covered    atomic.Int64                  // tokens e's ledger record holds at least, as far as e knows: what its lease may hold (giveToLease); written under the key lock
 	lost       atomic.Bool                   // a claim's call failed without a reply since e's last refund: the ledger may hold tokens for e that e never got
 	expires    atomic.Int64                  // ns: unspent tokens are refunded then
 	lastClaim  atomic.Int64                  // ns of the last claim

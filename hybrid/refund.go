@@ -81,6 +81,7 @@ func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Ref
 		if t > 0 || lost {
 			r := e.policy().refund(e.key, t, l.refundID())
 			r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
+			e.covered.Store(0) // the refund ends e's record
 			refunds = append(refunds, r)
 		}
 		if locked {

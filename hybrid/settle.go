@@ -103,11 +103,13 @@ func (l *limiter) settled(e *entry, src tierlimit.Source) tierlimit.Result {
 	}
 }
 
-// giveToLease gives d tokens back to e's lease if it is live and stays
-// within its last grant: they were spent from it, and the lease, which
-// Redis debited, goes back to Redis at its TTL anyway. A lease that
-// would grow past its grant (the tokens came from an earlier lease) or
-// has expired gives nothing: Redis's bucket takes them, capped at Burst.
+// giveToLease gives d tokens back to e's lease if it is live and its
+// ledger record still covers them (e.covered): they were spent from the
+// lease since its last claim, and the lease, which Redis debited, goes
+// back to Redis at its TTL anyway. Tokens the record no longer counts (a
+// later claim, granted or denied, lowered it to what the lease held then:
+// Redis's ceiling rose by them), or a lease that has expired, give
+// nothing: Redis's bucket takes them, capped at Burst.
 func (l *limiter) giveToLease(e *entry, d int64) bool {
 	// The key lock orders the give-back with e's claims: a claim sends
 	// what e holds (Claim.Held), and its ledger record then covers only
@@ -125,10 +127,10 @@ func (l *limiter) giveToLease(e *entry, d int64) bool {
 		// tokens there, where they repay what it lacks first.
 		return false
 	}
-	size := e.lastSize.Load()
+	covered := e.covered.Load()
 	for {
 		t := e.tokens.Load()
-		if t+d > size {
+		if t+d > covered {
 			return false
 		}
 		if e.tokens.CompareAndSwap(t, t+d) {
@@ -184,6 +186,7 @@ func (l *limiter) giveToRedis(e *entry, d int64) {
 	r.Holder, r.Gen, r.Received, r.Live = e.holder, e.gen.Add(1), e.received.Load(), l.live(e)
 	e.lost.Store(false)
 	e.expires.Store(0) // the refund ends e's record
+	e.covered.Store(0)
 	if l.refund([]store.Refund{r}, false) == nil {
 		// Redis holds what it held and r.N + r.Spent more, up to its
 		// capacity (less what other holders hold): what Settle's Result

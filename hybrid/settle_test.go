@@ -210,3 +210,55 @@ func TestWaitN(t *testing.T) {
 		t.Errorf("WaitN took %v to see the deadline, want at once", d)
 	}
 }
+
+// TestGiveBackCoveredByTheRecord gives spent tokens back after a denied
+// claim lowered the lease's ledger record to what the lease held: Redis's
+// ceiling rose by the tokens the record no longer counts, so a give-back
+// into the lease would have them twice, in the lease and in the bucket. At
+// the instant after it the fleet admits at most the capacity, as one
+// bucket would.
+func TestGiveBackCoveredByTheRecord(t *testing.T) {
+	e := newEnv(t)
+	limit := tierlimit.PerSecond(100).WithBurst(10)
+	a := e.limiter(t, limit, WithLeaseBounds(6, 6))
+	c := e.limiter(t, limit, WithLeaseBounds(4, 4))
+	for _, x := range []struct {
+		l    *Limiter
+		n    int64
+		want bool
+	}{
+		{a, 2, true},  // a leases 6, spends 2: 4 left, no refill
+		{c, 4, true},  // c drains Redis
+		{a, 5, false}, // a's claim of 1 more is denied: a's record falls to the 4 a holds
+	} {
+		if r, err := x.l.AllowN(e.ctx, "k", x.n); err != nil || r.Allowed != x.want {
+			t.Fatalf("AllowN(k, %d) = %+v, %v; want allowed %v", x.n, r, err, x.want)
+		}
+		refilled(t, x.l)
+		if x.l == c {
+			if err := c.Close(); err != nil { // c's record ends: the ceiling is capacity less a's
+				t.Fatal(err)
+			}
+		}
+	}
+	// Past the denial's wait, within the lease's TTL: the bucket refills
+	// up to its ceiling, capacity less a's record.
+	e.step(70 * time.Millisecond)
+	if r, err := a.Settle(e.ctx, "k", 2, 0); err != nil || !r.Allowed {
+		t.Fatalf("Settle(k, 2, 0) = %+v, %v; want allowed", r, err)
+	}
+	var admitted int64
+	for admitted <= 2*limit.Capacity() {
+		r, err := a.AllowN(e.ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			break
+		}
+		admitted++
+	}
+	if admitted > limit.Capacity() {
+		t.Errorf("admitted %d at one instant after the give-back, over the capacity %d", admitted, limit.Capacity())
+	}
+}

@@ -77,6 +77,8 @@ func (o modelOp) String() string {
 		return fmt.Sprintf("%s e=%d n=%d", o.kind, o.e, o.want)
 	case "debt", "give":
 		return fmt.Sprintf("%s e=%d n=%d fate=%s", o.kind, o.e, o.want, o.fate)
+	case "back":
+		return fmt.Sprintf("back e=%d n=%d", o.e, o.want)
 	case "tick":
 		return fmt.Sprintf("tick ms=%d fate=%s", o.want, o.fate)
 	}
@@ -166,8 +168,10 @@ func randomSeq(r *rand.Rand, n int) modelSeq {
 			if r.IntN(3) == 0 {
 				o.min = o.want
 			}
-		case x < 50:
+		case x < 47:
 			o = modelOp{kind: "spend", e: r.IntN(entries), want: 1 + r.Int64N(modelMaxWant)}
+		case x < 50:
+			o = modelOp{kind: "back", e: r.IntN(entries), want: 1 + r.Int64N(modelMaxWant)}
 		case x < 56:
 			o = modelOp{kind: "refund", e: r.IntN(entries), fate: fates[r.IntN(len(fates))]}
 		case x < 58:
@@ -306,6 +310,15 @@ func (st *modelState) step(o modelOp) string {
 		n := min(e.spendable(st.now), o.want)
 		e.tokens -= n
 		e.spent += n
+	case "back":
+		// Settle gives spent tokens back into the lease, as hybrid's
+		// giveToLease does: only while the lease is live and its record
+		// still covers them (else they go to Redis: a give op).
+		e := st.entries[o.e%len(st.entries)]
+		if n := min(e.spent, o.want); n > 0 && st.now.Before(e.until) && e.tokens+n <= e.proto.covered {
+			e.tokens += n
+			e.spent -= n
+		}
 	case "refund":
 		return st.refund(st.entries[o.e%len(st.entries)], o.fate, 0)
 	case "give":
@@ -845,20 +858,26 @@ func randomModel(t *testing.T, m *modelRun, d time.Duration) {
 
 // holderProto is what a holder remembers for the ledger's protocol, as
 // hybrid's entry does: the number of its last call, the total its replies
-// granted, and whether a reply was lost since its last refund.
+// granted, whether a reply was lost since its last refund, and what its
+// record holds at least (hybrid's entry.covered).
 type holderProto struct {
-	gen, received int64
-	lost          bool
+	gen, received, covered int64
+	lost                   bool
 }
 
-// claim returns e's next claim of between min and want tokens.
+// claim returns e's next claim of between min and want tokens: if it runs,
+// it lowers e's record to what e holds now.
 func (p *holderProto) claim(e *modelEntry, min, want int64) Claim {
 	p.gen++
+	p.covered = minInt(p.covered, e.tokens)
 	return Claim{Min: min, Want: want, Holder: e.name, Gen: p.gen, Held: e.tokens, Received: p.received}
 }
 
+// minInt is the builtin min, which claim's parameter shadows.
+func minInt(a, b int64) int64 { return min(a, b) }
+
 // delivered records that claim c's reply came, handing n tokens.
-func (p *holderProto) delivered(_ *modelEntry, _ Claim, n int64) { p.received += n }
+func (p *holderProto) delivered(_ *modelEntry, _ Claim, n int64) { p.received += n; p.covered += n }
 
 // failed records that claim c's reply never came.
 func (p *holderProto) failed(_ *modelEntry, _ Claim) { p.lost = true }
@@ -872,6 +891,7 @@ func (p *holderProto) refund(e *modelEntry, give bool) (Refund, bool) {
 	}
 	p.gen++
 	p.lost = false
+	p.covered = 0
 	return Refund{N: e.tokens, Holder: e.name, Gen: p.gen, Received: p.received}, true
 }
 
@@ -1014,6 +1034,22 @@ var modelCases = []struct {
 			debt e=1 n=4 fate=resent`,
 		// At 3c0197d: "h0.1's debt claim {...} sent again left limit 0's
 		// level at -8, want -4".
+	},
+	{
+		// Settle gives spent tokens back into the lease after a denied
+		// claim lowered its record to what the lease held: with
+		// hybrid's rule at 3c0197d (up to the last grant's size) the
+		// holder may spend tokens no record counts.
+		name: "a give-back into a lease after a lowering claim",
+		seq: `keys=1 holders=1 limits=1
+			batch e=1 min=1 want=2 fate=lost
+			batch e=1 min=1 want=2 fate=ok
+			allow e=0 n=3
+			spend e=1 n=4
+			claim e=1 min=5 want=5 fate=ok
+			back e=1 n=6`,
+		// With the last grant's size for covered: "h0.0 may spend 4
+		// until 1s, its live record holds 0".
 	},
 }
 
