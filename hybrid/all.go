@@ -83,7 +83,7 @@ func (l *limiter) allowAll(ctx context.Context, takes []tierlimit.Take) (tierlim
 			return l.fallAll(takes, pols)
 		}
 		for i, t := range takes {
-			if e := entries[i]; e != nil && e.tokens.Load() >= t.N {
+			if e := entries[i]; e != nil && e.spendable() >= t.N {
 				continue
 			}
 			h := keyHash(t.Key)

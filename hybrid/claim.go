@@ -129,7 +129,7 @@ func (l *limiter) shared(ctx context.Context, key string, h uint64, p *policy, n
 // larger. It returns the entry.
 func (l *limiter) lease(ctx context.Context, key string, p *policy, n, most int64) (*entry, error) {
 	e := l.entry(key, p)
-	held := e.tokens.Load()
+	held := e.spendable()
 	if held >= n && l.enough(e, n, most) {
 		return e, nil // a refill landed meanwhile
 	}
@@ -233,7 +233,11 @@ func (l *limiter) apply(e *entry, want, granted int64, res tierlimit.Result) {
 		l.stats.leased.Add(granted)
 		e.lastSize.Store(granted)
 		if !e.evicted.Load() {
+			// The grant renews the record with what the lease held when
+			// the claim was sent: a lease the janitor found expired
+			// (collect) spends again.
 			e.expires.Store(now + int64(l.cfg.leaseTTL))
+			e.expired.Store(false)
 		}
 		keep := granted
 		if owed := e.owed.Load(); owed > 0 {

@@ -51,6 +51,7 @@ type entry struct {
 	// Written by every local decision, and read: the spend's CAS owns
 	// this line, so counting here costs no other core's line.
 	tokens  atomic.Int64 // leased tokens not yet spent
+	expired atomic.Bool  // the lease passed its TTL and the janitor could not take it back yet (see collect): spend none
 	demand  atomic.Int64 // tokens asked for since the last claim (see size)
 	local   atomic.Int64 // allowed local decisions not yet added to the limiter's count (see countLocal)
 	retired atomic.Bool  // the table no longer holds e: a spend adds its count at once
@@ -104,6 +105,15 @@ func newTable(maxKeys int64, retire func(*entry)) (*table, error) {
 		OnExit:             t.drop, // evicted, rejected, replaced or deleted
 	})
 	return t, err
+}
+
+// spendable returns what e's lease may spend: its tokens, none once it
+// has expired.
+func (e *entry) spendable() int64 {
+	if e.expired.Load() {
+		return 0
+	}
+	return e.tokens.Load()
 }
 
 // enter lets a call that uses ristretto in (h: the key's hash), or reports

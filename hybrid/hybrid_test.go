@@ -616,3 +616,33 @@ func TestFallbackAllocs(t *testing.T) {
 		t.Errorf("fallback path: %v allocations per decision, want 0", allocs)
 	}
 }
+
+// TestJanitorBlockedByAClaim: a claim in flight holds its key's lock for
+// as long as Redis takes to answer (seconds in an outage), and the janitor
+// cannot take the lease back meanwhile. The lease stops spending at the
+// janitor's round all the same, so that none of its tokens is spent more
+// than a quarter TTL past its TTL, where the ledger's record of it may
+// have ended (leaseHold).
+func TestJanitorBlockedByAClaim(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerHour(1000), WithLeaseBounds(100, 100), WithLeaseTTL(time.Second),
+		WithCallBudget(DefaultCallBudget))
+	if r, err := l.Allow(e.ctx, "k"); err != nil || !r.Allowed {
+		t.Fatalf("Allow(k) = %+v, %v; want allowed", r, err)
+	}
+	mu := l.keyLock("k")
+	mu.Lock() // a claim of k's in flight, stalled
+	e.step(1250 * time.Millisecond)
+	if err := l.refundHeld(e.clock.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Allow(e.ctx, "k")
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Source == tierlimit.SourceLocal {
+		t.Errorf("Allow(k) after the janitor's round = %+v: spent from a lease past its TTL", r)
+	}
+	e.closeAndAuditAfter(t, l, l.Stats().Spent, nil, true)
+}

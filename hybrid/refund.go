@@ -72,6 +72,15 @@ func (l *limiter) collect(now time.Time, all bool, entries []*entry) []store.Ref
 		mu := l.keyLock(e.key)
 		locked := mu.TryLock()
 		if !locked && !all {
+			// Its tokens stop here all the same: spent past the TTL
+			// and the quarter TTL the janitor may be late, they could
+			// outlive their ledger record (leaseHold). A grant of the
+			// claim in flight renews the lease (apply), so the flag is
+			// cleared again if one landed meanwhile.
+			e.expired.Store(true)
+			if e.expires.Load() > now.UnixNano() {
+				e.expired.Store(false)
+			}
 			continue
 		}
 		t := e.tokens.Swap(0)

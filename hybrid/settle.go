@@ -151,8 +151,12 @@ func cancelOwed(e *entry, d int64) int64 {
 	}
 }
 
-// takeUpTo takes up to d tokens from e's lease and returns how many.
+// takeUpTo takes up to d tokens from e's lease, if it has not expired,
+// and returns how many.
 func (l *limiter) takeUpTo(e *entry, d int64) int64 {
+	if e.expired.Load() {
+		return 0
+	}
 	for {
 		t := e.tokens.Load()
 		n := min(t, d)

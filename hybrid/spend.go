@@ -10,10 +10,13 @@ import (
 )
 
 // take takes between n and most tokens (n <= most) from e's lease, as
-// many as it holds, if it holds n; it returns how many, and what the
-// lease holds after.
+// many as it holds, if it holds n and has not expired; it returns how
+// many, and what the lease holds after.
 func (e *entry) take(n, most int64) (got, left int64, ok bool) {
 	left = e.tokens.Load()
+	if e.expired.Load() {
+		return 0, left, false
+	}
 	for {
 		if left < n {
 			return 0, left, false
