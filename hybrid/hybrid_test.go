@@ -17,6 +17,7 @@ import (
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/callcount"
 	"github.com/tierlimit/tierlimit/internal/clocktest"
+	"github.com/tierlimit/tierlimit/internal/redistest"
 	"github.com/tierlimit/tierlimit/internal/script"
 )
 
@@ -645,4 +646,46 @@ func TestJanitorBlockedByAClaim(t *testing.T) {
 		t.Errorf("Allow(k) after the janitor's round = %+v: spent from a lease past its TTL", r)
 	}
 	e.closeAndAuditAfter(t, l, l.Stats().Spent, nil, true)
+}
+
+// TestCloseWithNothingToGiveBack: on a stalled Redis, with go-redis's
+// default client, a Close that has no token to give back returns nil,
+// though it sends refunds for the claims whose replies never came (their
+// records, in doubt, hold no token this instance has).
+func TestCloseWithNothingToGiveBack(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer rdb.Close()
+	l, err := New(rdb, tierlimit.PerSecond(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if r, err := l.AllowN(ctx, "k", 1); err != nil || !r.Allowed { // exact mode: a lease of 1, spent
+		t.Fatalf("AllowN(k, 1) = %+v, %v; want allowed", r, err)
+	}
+	s.Pause()
+	defer s.Resume()
+	// A claim that gets no reply (the client's read timeout, 3 s, ends
+	// it): its record may hold a token, which Close refunds. The breaker
+	// may be open already (the heartbeat failed first): its probes claim.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := l.AllowN(ctx, "k", 1); err != nil {
+			t.Fatalf("AllowN(k, 1) on a stalled Redis = %v, want no error", err)
+		}
+		lost := false
+		l.keys.each(func(e *entry) { lost = lost || e.lost.Load() })
+		if lost {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no claim on the stalled Redis failed within 15 s: %+v", l.Stats())
+		}
+	}
+	if got := l.Stats().Held; got != 0 {
+		t.Fatalf("Stats().Held = %d, want 0", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close() with nothing to give back = %v, want nil", err)
+	}
 }
