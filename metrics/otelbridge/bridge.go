@@ -297,8 +297,10 @@ func permitOptions(lim attribute.KeyValue) *[sourceCount + 1][len(permitResults)
 }
 
 // Observer returns an Observer that records into b under
-// tierlimit.limiter=name. Pass it to a limiter's WithObserver option.
-// Observers of one name share their series.
+// tierlimit.limiter=name. Pass it to a limiter's WithObserver option (to
+// a concurrency limiter's WithPermitObserver for the permit instruments);
+// with other Observers, such as package metrics' Collector's, through
+// tierlimit.Observers. Observers of one name share their series.
 func (b *Bridge) Observer(name string) *tierlimit.Observer {
 	name = strings.ToValidUTF8(name, "\uFFFD")
 	lc := b.countsOf(name)
