@@ -152,17 +152,17 @@ func tenantCtx(t *testing.T, tenant string) context.Context {
 	return metadata.AppendToOutgoingContext(testCtx(t), "x-tenant", tenant)
 }
 
-// stream opens a stream, sends one message, closes and returns how the
-// stream ended, and its trailer.
-func stream(ctx context.Context, cc *grpc.ClientConn) (error, metadata.MD) {
+// stream opens a stream, sends one message, closes and returns the
+// stream's trailer and how it ended.
+func stream(ctx context.Context, cc *grpc.ClientConn) (metadata.MD, error) {
 	s, err := cc.NewStream(ctx, &streamDesc, methodStream)
 	if err != nil {
-		return err, nil
+		return nil, err
 	}
 	_ = s.SendMsg(new(emptypb.Empty))
 	_ = s.CloseSend()
 	err = s.RecvMsg(new(emptypb.Empty))
-	return err, s.Trailer()
+	return s.Trailer(), err
 }
 
 // errorLog collects the errors an interceptor reports.
@@ -229,7 +229,7 @@ func TestInvalidLimitRefused(t *testing.T) {
 						err := unary(ctx, srv.cc, grpc.Trailer(&trailer))
 						checkNoRetry(t, fmt.Sprintf("call %d", i), err, trailer, codes.ResourceExhausted)
 					}
-					err, trailer := stream(ctx, srv.cc)
+					trailer, err := stream(ctx, srv.cc)
 					checkNoRetry(t, "stream", err, trailer, codes.ResourceExhausted)
 					if got := srv.served.Load(); got != 0 {
 						t.Errorf("%d calls of the suspended tenant served, want 0", got)
@@ -384,7 +384,7 @@ func TestEmptyKeyRefused(t *testing.T) {
 				lim := newLocal(t, tierlimit.PerSecond(100))
 				srv := serveCounted(t, mustNew(t, lim, opts...), nil)
 				ctx := testCtx(t)
-				err, trailer := stream(ctx, srv.cc)
+				trailer, err := stream(ctx, srv.cc)
 				checkNoRetry(t, "stream", err, trailer, codes.Internal)
 				if tc.name == "message limiter" {
 					// Its stream opens; the message is refused.
@@ -470,7 +470,7 @@ func TestInvalidPermitsRefused(t *testing.T) {
 					var trailer metadata.MD
 					err := unary(ctx, srv.cc, grpc.Trailer(&trailer))
 					checkNoRetry(t, "call", err, trailer, codes.ResourceExhausted)
-					err, trailer = stream(ctx, srv.cc)
+					trailer, err = stream(ctx, srv.cc)
 					checkNoRetry(t, "stream", err, trailer, codes.ResourceExhausted)
 					if got := srv.served.Load(); got != 0 {
 						t.Errorf("%d calls of the suspended tenant served, want 0", got)
