@@ -53,6 +53,12 @@ var errorPolicies = []struct {
 	{"fail closed", []Option{WithFailClosed()}},
 }
 
+// slowRedis is the hybrid limiters' call budget: on a loaded machine a
+// slow answer of Redis must not become a fallback decision, since these
+// tests are about what the doors do with the limiters' answers, not about
+// outages.
+const slowRedis = 5 * time.Second
+
 // prefixes makes each limiter's Redis prefix its own.
 var prefixes atomic.Int64
 
@@ -100,7 +106,8 @@ func rateTiers(s *redistest.Server) []tier {
 			return l
 		}},
 		{"hybrid", func(t *testing.T, f tierlimit.LimitFunc) tierlimit.Limiter {
-			l, err := hybrid.New(s.Client(t), def, hybrid.WithLimitFunc(f), hybrid.WithPrefix(prefix()))
+			l, err := hybrid.New(s.Client(t), def, hybrid.WithLimitFunc(f), hybrid.WithPrefix(prefix()),
+				hybrid.WithCallBudget(slowRedis))
 			return closing(t, l, err)
 		}},
 	}
@@ -439,7 +446,8 @@ func permitTiers(s *redistest.Server) []permitTier {
 			return closing(t, c, err)
 		}},
 		{"hybrid", func(t *testing.T, f tierlimit.PermitFunc) tierlimit.Concurrency {
-			c, err := hybrid.NewConcurrency(s.Client(t), 4, hybrid.WithPermitFunc(f), hybrid.WithPermitPrefix(prefix()))
+			c, err := hybrid.NewConcurrency(s.Client(t), 4, hybrid.WithPermitFunc(f), hybrid.WithPermitPrefix(prefix()),
+				hybrid.WithPermitCallBudget(slowRedis))
 			return closing(t, c, err)
 		}},
 	}
