@@ -11,7 +11,9 @@ import "time"
 //
 // Keys are not reported: they are unbounded in number and may be personal
 // data. Observer follows the pattern of net/http/httptrace: new fields may
-// be added, so set fields by name.
+// be added, so set fields by name, and give a limiter several Observers
+// with Observers, which fans out every field, rather than with a func of
+// your own that calls theirs, which would drop the fields added later.
 type Observer struct {
 	// Decision is called once per decision that returned no error.
 	Decision func(Decision)

@@ -9,9 +9,11 @@
 // codes.ResourceExhausted, a google.rpc.RetryInfo detail holding the
 // limiter's RetryAfter and the grpc-retry-pushback-ms trailer of gRFC A6,
 // so that a grpc-go client whose retry policy names RESOURCE_EXHAUSTED
-// waits that long and tries again by itself. A failing limiter lets calls
-// through unless [WithFailClosed] says otherwise; [WithShadow] decides and
-// charges without refusing.
+// waits that long and tries again by itself; a call no wait admits (a
+// blocked key, a limit or cost a limiter can never admit) gets a pushback
+// that forbids retries. A failing limiter lets calls through unless
+// [WithFailClosed] says otherwise; [WithShadow] decides and charges
+// without refusing.
 //
 //	in, err := grpclimit.New(lim, grpclimit.WithTrustedProxies("10.0.0.0/8"))
 //	if err != nil { ... } // errors.Is(err, tierlimit.ErrInvalidOption)

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/chain"
@@ -47,18 +49,30 @@ type rule struct {
 // denying limiters, and whose trailer holds grpc-retry-pushback-ms, that
 // delay in milliseconds rounded up (gRFC A6): a grpc-go client with a
 // retry policy for RESOURCE_EXHAUSTED waits exactly that long before it
-// tries again. A cost a limiter can never admit (tierlimit.ErrInvalidCost)
-// is denied without RetryInfo and with a pushback of -1, which tells such
-// clients not to retry.
+// tries again. A call no wait admits is denied without RetryInfo and with
+// a pushback of -1, which tells such clients not to retry: a cost a
+// limiter can never admit (tierlimit.ErrInvalidCost), a key its
+// LimitFunc blocks (tierlimit.Blocked, which promises nothing about when
+// it opens), a denial without a RetryAfter, and a limit the limiter's
+// LimitFunc got wrong (tierlimit.ErrInvalidLimit: serving the call would
+// give a suspended tenant, written as PerSecond(0), the run of the
+// service). These are denials under every error policy.
 //
 // # Errors
 //
-// A limiter's error other than an invalid cost (a failing Redis, a
-// cancelled context) is passed to WithErrorFunc and then, by default, the
+// A limiter's error other than those (a failing Redis, a cancelled
+// context) is passed to WithErrorFunc and then, by default, the
 // interceptor fails open: that limiter is left out and the call goes on.
 // WithFailClosed refuses such calls with codes.Unavailable instead.
-// Without WithErrorFunc, errors are logged to WithLogger's logger, at most
-// one line every 10 seconds.
+// A KeyFunc that returns an empty key with ok true is a bug, never an
+// unlimited call: the call is refused with codes.Internal (pushback -1)
+// under every error policy, and the error, wrapping
+// tierlimit.ErrInvalidKey, is reported. Errors, and the invalid costs
+// and limits above, are reported to WithErrorFunc, or without it logged
+// to WithLogger's logger, at most one line every 10 seconds.
+//
+// In shadow mode (WithShadow) every call is served, the ones above too;
+// each that enforcing would refuse is reported as such.
 type Interceptor struct {
 	rules      []*rule
 	messages   []*rule
@@ -124,7 +138,7 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 			return nil, err
 		}
 		if in.conc != nil {
-			p, err := in.permit(ctx, info.FullMethod)
+			p, err := in.permit(ctx, info.FullMethod, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -143,7 +157,7 @@ func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 			return err
 		}
 		if in.conc != nil {
-			p, err := in.permit(ss.Context(), info.FullMethod)
+			p, err := in.permit(ss.Context(), info.FullMethod, ss)
 			if err != nil {
 				return err
 			}
@@ -189,7 +203,32 @@ type outcome struct {
 	res   tierlimit.Result
 	key   string
 	cost  int64 // charged, when res.Allowed
-	never bool  // the cost can never be admitted
+	never never // why no wait admits the call, if none does
+}
+
+// never says why no wait admits a call: a denial that carries no time
+// after which a retry can succeed.
+type never uint8
+
+const (
+	waits        never = iota // an admission, or a denial with a RetryAfter to wait
+	badCost                   // tierlimit.ErrInvalidCost: more than the key's burst, or negative
+	badLimit                  // tierlimit.ErrInvalidLimit: the limiter has no valid limit for the key
+	blocked                   // the key is tierlimit.Blocked
+	noRetryAfter              // a denial without a RetryAfter: nothing promises when it passes
+)
+
+// neverOf says whether a Result is a denial no wait admits.
+func neverOf(res tierlimit.Result) never {
+	switch {
+	case res.Allowed:
+		return waits
+	case res.Limit == tierlimit.Blocked:
+		return blocked
+	case res.RetryAfter <= 0:
+		return noRetryAfter
+	}
+	return waits
 }
 
 // maxInline is the number of limiters whose outcomes live on the stack.
@@ -207,6 +246,7 @@ func (in *Interceptor) decide(ctx context.Context, method string, rules []*rule,
 		n              int64
 		haveN          bool
 		denied, failed bool
+		keyless        bool // a KeyFunc gave an empty key
 		failedName     string
 	)
 	for _, ru := range rules {
@@ -214,13 +254,19 @@ func (in *Interceptor) decide(ctx context.Context, method string, rules []*rule,
 		var ok bool
 		if ru.key != nil {
 			key, ok = ru.key(ctx, method)
+			if ok && key == "" {
+				in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: call %s: its KeyFunc returned an empty key for a limited call: %w",
+					ru.name, in.verdict(codes.Internal), tierlimit.ErrInvalidKey), false)
+				keyless, denied = true, true
+				continue
+			}
 		} else {
 			if !haveIP {
 				ip, haveIP = in.clientIP(ctx), true
 			}
-			key, ok = ip, true
+			key, ok = ip, ip != ""
 		}
-		if !ok || key == "" {
+		if !ok {
 			continue
 		}
 		key = chain.ShortKey(key)
@@ -239,17 +285,22 @@ func (in *Interceptor) decide(ctx context.Context, method string, rules []*rule,
 		res, err := ru.lim.AllowN(ctx, key, cost)
 		switch {
 		case err == nil:
-			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost})
+			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost, never: neverOf(res)})
 			denied = denied || !res.Allowed
 			if in.onDecision != nil && !peek {
 				in.onDecision(ctx, ru.name, res)
 			}
-		case errors.Is(err, tierlimit.ErrInvalidCost):
-			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: %w", ru.name, err))
-			outs = append(outs, outcome{rule: ru, never: true})
+		case errors.Is(err, tierlimit.ErrInvalidCost), errors.Is(err, tierlimit.ErrInvalidLimit):
+			why := badLimit
+			if errors.Is(err, tierlimit.ErrInvalidCost) {
+				why = badCost
+			}
+			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: call %s, %s: %w",
+				ru.name, in.verdict(codes.ResourceExhausted), why.reason(cost), err), false)
+			outs = append(outs, outcome{rule: ru, never: why})
 			denied = true
 		default:
-			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: %w", ru.name, err))
+			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: %w", ru.name, err), true)
 			if !failed {
 				failedName = ru.name
 			}
@@ -260,10 +311,34 @@ func (in *Interceptor) decide(ctx context.Context, method string, rules []*rule,
 		return nil
 	}
 	in.giveBack(ctx, method, outs)
-	if denied {
+	switch {
+	case keyless:
+		setTrailer(ctx, ss, noRetry)
+		return status.Error(codes.Internal, "grpclimit: the call has no key to be limited by")
+	case denied:
 		return refuse(ctx, ss, outs)
 	}
 	return unavailable(failedName)
+}
+
+// reason says, in an error reported for a call, why no wait admits it.
+func (w never) reason(cost int64) string {
+	switch w {
+	case badCost:
+		return fmt.Sprintf("its cost %d is more than the key's burst (or negative): no wait would admit it", cost)
+	case badLimit:
+		return "the limiter has no valid limit for its key"
+	}
+	return "no wait would admit it"
+}
+
+// verdict says what the interceptor does with a call it refuses with
+// code: in shadow mode, serve it.
+func (in *Interceptor) verdict(code codes.Code) string {
+	if in.shadow {
+		return fmt.Sprintf("served in shadow mode (enforcing would refuse it with %v, no retry)", code)
+	}
+	return fmt.Sprintf("refused with %v, no retry", code)
 }
 
 // giveBack settles the charges of a refused call: each limiter that
@@ -275,7 +350,7 @@ func (in *Interceptor) giveBack(ctx context.Context, method string, outs []outco
 			continue
 		}
 		if _, _, err := chain.GiveBack(ctx, o.rule.lim, o.key, o.cost); err != nil {
-			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: give back: %w", o.rule.name, err))
+			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: give back: %w", o.rule.name, err), false)
 		}
 	}
 }
@@ -312,7 +387,10 @@ func (in *Interceptor) callCost(ctx context.Context, method string) int64 {
 // logEvery spaces the default error log lines.
 const logEvery = 10 * time.Second
 
-func (in *Interceptor) report(ctx context.Context, method string, err error) {
+// report passes err to WithErrorFunc's function, or logs it. failure says
+// that err is a limiter's failure, whose call the error policy (fail open
+// or closed) decided; the other errors say themselves what was done.
+func (in *Interceptor) report(ctx context.Context, method string, err error, failure bool) {
 	if in.onError != nil {
 		in.onError(ctx, method, err)
 		return
@@ -321,11 +399,19 @@ func (in *Interceptor) report(ctx context.Context, method string, err error) {
 	// logEvery: a limiter that keeps failing must not leave the service
 	// unlimited (or refusing) in silence.
 	if in.logged.Allow(time.Now(), logEvery) {
-		policy := "open"
-		if in.failClosed {
-			policy = "closed"
+		msg, attrs := "grpclimit: a call was refused (logged at most every 10s; WithErrorFunc to handle)",
+			[]slog.Attr{slog.String("method", method), slog.Any("err", err)}
+		if in.shadow {
+			msg = "grpclimit: a call enforcing would refuse was served in shadow mode (logged at most every 10s; WithErrorFunc to handle)"
 		}
-		logline.Or(in.logger).LogAttrs(ctx, slog.LevelWarn, "grpclimit: limiter error (logged at most every 10s; WithErrorFunc to handle)",
-			slog.String("failing", policy), slog.String("method", method), slog.Any("err", err))
+		if failure {
+			policy := "open"
+			if in.failClosed {
+				policy = "closed"
+			}
+			msg = "grpclimit: limiter error (logged at most every 10s; WithErrorFunc to handle)"
+			attrs = append(attrs, slog.String("failing", policy))
+		}
+		logline.Or(in.logger).LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
 	}
 }

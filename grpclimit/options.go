@@ -33,8 +33,10 @@ const (
 
 // KeyFunc returns the key a call to fullMethod ("/pkg.Service/Method") is
 // limited by; ctx is the call's, with its metadata and peer. ok false
-// exempts the call from this limiter; the other limiters still apply. A
-// key longer than tierlimit.MaxKeyLen is replaced by its SHA-256.
+// exempts the call from this limiter; the other limiters still apply. An
+// empty key with ok true is an error: the call is refused with
+// codes.Internal (see Interceptor). A key longer than tierlimit.MaxKeyLen
+// is replaced by its SHA-256.
 type KeyFunc func(ctx context.Context, fullMethod string) (key string, ok bool)
 
 // KeyMetadata returns a KeyFunc that limits by the first value of the
@@ -224,7 +226,12 @@ func WithCost(cost func(ctx context.Context, fullMethod string) int64) Option {
 // WithShadow turns on shadow mode, for rolling out a limit: calls are
 // decided and charged as when enforcing, but a denied call is served.
 // Observe the limiters (WithDecisionFunc, package metrics) to see what
-// enforcing would deny.
+// enforcing would deny. Shadow mode refuses nothing, so that a mistake in
+// what is being rolled out cannot refuse calls: a call with no valid
+// limit or number of permits for its key, or with an empty key from a
+// KeyFunc, is served too, and reported (WithErrorFunc, or logged) as a
+// call enforcing would refuse; a blocked key's denials reach
+// WithDecisionFunc as every denial does.
 func WithShadow() Option {
 	return optionFunc(func(c *config) error {
 		c.shadow = true

@@ -19,18 +19,22 @@ import (
 // retry.
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
+// noRetry is the pushback that tells a client not to retry (gRFC A6: a
+// negative value).
+const noRetry = "-1"
+
 // refuse returns the status of a denied call and sets its pushback
 // trailer: the denying limiter with the longest RetryAfter names the
-// delay, and one whose cost can never be admitted forbids retries.
+// delay, and a denial no wait admits (see never) forbids retries, with no
+// RetryInfo: a delay of 0 would have a retrying client hammer the server.
 func refuse(ctx context.Context, ss grpc.ServerStream, outs []outcome) error {
 	var by *outcome
 	for i := range outs {
 		o := &outs[i]
 		switch {
-		case o.never:
-			setTrailer(ctx, ss, "-1")
-			return status.Errorf(codes.ResourceExhausted,
-				"grpclimit: rate limited by %q: the call costs more than the limit can ever admit", o.rule.name)
+		case o.never != waits:
+			setTrailer(ctx, ss, noRetry)
+			return status.Error(codes.ResourceExhausted, o.never.message(o.rule.name))
 		case o.res.Allowed:
 		case by == nil || o.res.RetryAfter > by.res.RetryAfter:
 			by = o
@@ -44,6 +48,20 @@ func refuse(ctx context.Context, ss grpc.ServerStream, outs []outcome) error {
 		st = withInfo
 	}
 	return st.Err()
+}
+
+// message is the status message of a call the limiter named policy
+// refused for w.
+func (w never) message(policy string) string {
+	switch w {
+	case badCost:
+		return fmt.Sprintf("grpclimit: rate limited by %q: the call costs more than the limit can ever admit", policy)
+	case badLimit:
+		return fmt.Sprintf("grpclimit: refused by %q: no valid limit for the call's key", policy)
+	case blocked:
+		return fmt.Sprintf("grpclimit: refused by %q: the key is blocked", policy)
+	}
+	return fmt.Sprintf("grpclimit: rate limited by %q, no retry time known", policy)
 }
 
 // setTrailer sets the pushback trailer of the call, on ss when it is a

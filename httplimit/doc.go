@@ -7,7 +7,8 @@
 // /64), by a header or by a [KeyFunc] of yours; it may ask several limiters
 // at once, per route and per user, each at its own cost (requests, bytes:
 // [WithLimiterCost]). A denied request gets 429 Too Many
-// Requests with Retry-After, or is served anyway in shadow mode
+// Requests, with Retry-After when there is a wait to state (never 0), or
+// is served anyway in shadow mode
 // ([WithShadow]), which decides and charges as enforcing would, for rolling
 // out a limit. A failing limiter lets requests through unless
 // [WithFailClosed] says otherwise.

@@ -138,7 +138,16 @@ func (r *rule) setPrefix() {
 // (tierlimit.ErrInvalidLimit: letting it through would give a suspended
 // tenant, written as PerSecond(0), the run of the service). A key its
 // LimitFunc blocks (tierlimit.Blocked) is denied, 429 without Retry-After
-// (no promise of when it opens), and is no error.
+// (no promise of when it opens), and is no error; so is any denial without
+// a RetryAfter: no Retry-After is ever 0.
+//
+// A KeyFunc that returns an empty key with ok true is a bug, never an
+// unlimited request: the request is refused with 500 Internal Server
+// Error under every error policy, and the error, wrapping
+// tierlimit.ErrInvalidKey, is reported.
+//
+// In shadow mode (WithShadow) every request is served, the ones above
+// too; each that enforcing would refuse is reported as such.
 type Middleware struct {
 	rules      []*rule
 	ip         resolver
@@ -146,6 +155,7 @@ type Middleware struct {
 	shadow     bool
 	legacy     bool
 	denied     http.Handler
+	concDenied http.Handler
 	failed     http.Handler
 	onError    func(*http.Request, error)
 	logger     *slog.Logger // nil: slog.Default()
@@ -178,6 +188,7 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 		shadow:     cfg.shadow,
 		legacy:     cfg.legacy,
 		denied:     cfg.denied,
+		concDenied: cfg.concDenied,
 		failed:     cfg.failed,
 		onError:    cfg.onError,
 		logger:     cfg.logger,
@@ -200,6 +211,9 @@ func New(limiter tierlimit.Limiter, opts ...Option) (*Middleware, error) {
 	}
 	if m.denied == nil {
 		m.denied = http.HandlerFunc(tooMany)
+	}
+	if m.concDenied == nil {
+		m.concDenied = http.HandlerFunc(tooManyInFlight)
 	}
 	return m, nil
 }
@@ -251,10 +265,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		lastKey  string
 		lastPKAt int
 	)
+	keyless := false // a KeyFunc gave an empty key
 	for _, ru := range m.rules {
 		key, ok := ip, ipOK
 		if ru.key != nil {
-			key, ok = ru.key(r, ip)
+			if key, ok = ru.key(r, ip); ok && key == "" {
+				m.report(r, fmt.Errorf("httplimit: policy %q: request %s: its KeyFunc returned an empty key for a limited request: %w",
+					ru.name, m.verdict(http.StatusInternalServerError), tierlimit.ErrInvalidKey), false)
+				keyless, denied = true, true
+				continue
+			}
 		}
 		if !ok || key == "" {
 			continue
@@ -275,13 +295,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		res, err := ru.lim.AllowN(r.Context(), key, cost)
 		switch {
 		case err == nil:
-			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost, never: res.Limit == tierlimit.Blocked})
+			outs = append(outs, outcome{rule: ru, res: res, key: key, cost: cost, never: noWait(res)})
 			denied = denied || !res.Allowed
 			if m.onDecision != nil && !peek {
 				m.onDecision(r.Context(), ru.name, res)
 			}
 		case errors.Is(err, tierlimit.ErrInvalidCost), errors.Is(err, tierlimit.ErrInvalidLimit):
-			m.report(r, neverErr(ru.name, cost, err), false)
+			m.report(r, m.neverErr(ru.name, cost, err), false)
 			outs = append(outs, outcome{rule: ru, never: true})
 			denied = true
 		default:
@@ -304,6 +324,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	refused := (denied || failed && m.failed != nil) && !m.shadow
 	if refused {
 		m.giveBack(r, outs)
+	}
+	if keyless && !m.shadow {
+		noKey(w, r)
+		return
 	}
 	if failed && m.failed != nil && !m.shadow {
 		m.failed.ServeHTTP(w, r)
@@ -349,15 +373,31 @@ func (m *Middleware) defaultCost(r *http.Request) int64 {
 	return m.cost(r)
 }
 
+// noWait reports whether res is a denial no wait admits: a blocked key
+// (tierlimit.Blocked), or a denial without a RetryAfter, which promises
+// nothing about when the request can pass.
+func noWait(res tierlimit.Result) bool {
+	return !res.Allowed && (res.Limit == tierlimit.Blocked || res.RetryAfter <= 0)
+}
+
 // neverErr is the error reported for a request refused because limiter
 // name can never admit it at cost: err wraps tierlimit.ErrInvalidCost or
 // tierlimit.ErrInvalidLimit.
-func neverErr(name string, cost int64, err error) error {
+func (m *Middleware) neverErr(name string, cost int64, err error) error {
 	why := "the limiter has no valid limit for its key"
 	if errors.Is(err, tierlimit.ErrInvalidCost) {
 		why = fmt.Sprintf("its cost %d is more than the key's burst (or negative): no wait would admit it", cost)
 	}
-	return fmt.Errorf("httplimit: policy %q: request refused with 429 (no Retry-After), %s: %w", name, why, err)
+	return fmt.Errorf("httplimit: policy %q: request %s, %s: %w", name, m.verdict(http.StatusTooManyRequests), why, err)
+}
+
+// verdict says what the middleware does with a request it refuses with
+// code: in shadow mode, serve it.
+func (m *Middleware) verdict(code int) string {
+	if m.shadow {
+		return fmt.Sprintf("served in shadow mode (enforcing would refuse it with %d, no Retry-After)", code)
+	}
+	return fmt.Sprintf("refused with %d (no Retry-After)", code)
 }
 
 // report passes err to WithErrorFunc's function, or logs it. failure says
@@ -374,7 +414,10 @@ func (m *Middleware) report(r *http.Request, err error, failure bool) {
 	// after a password change, say) must not leave the service unlimited
 	// in silence.
 	if m.logged.Allow(time.Now(), logEvery) {
-		msg, attrs := "httplimit: a limiter refused a request (logged at most every 10s; WithErrorFunc to handle)", []slog.Attr{slog.Any("err", err)}
+		msg, attrs := "httplimit: a request was refused (logged at most every 10s; WithErrorFunc to handle)", []slog.Attr{slog.Any("err", err)}
+		if m.shadow {
+			msg = "httplimit: a request enforcing would refuse was served in shadow mode (logged at most every 10s; WithErrorFunc to handle)"
+		}
 		if failure {
 			msg = "httplimit: limiter error (logged at most every 10s; WithErrorFunc to handle)"
 			attrs = append(attrs, slog.String("failing", m.policyName()))
@@ -397,6 +440,11 @@ func (m *Middleware) policyName() string {
 // tooMany is the default denied handler.
 func tooMany(w http.ResponseWriter, _ *http.Request) {
 	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+}
+
+// noKey answers a request a KeyFunc gave an empty key.
+func noKey(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 }
 
 // unavailable is the default handler of WithFailClosed.

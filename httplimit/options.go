@@ -33,8 +33,10 @@ const (
 // KeyFunc returns the key a request is limited by. clientIP is the
 // client's address as the middleware resolved it (see WithTrustedProxies),
 // or "" if the request has none. ok false exempts the request from this
-// limiter; the other limiters still apply. A key longer than
-// tierlimit.MaxKeyLen is replaced by its SHA-256, so no key is refused.
+// limiter; the other limiters still apply. An empty key with ok true is an
+// error: the request is refused with 500 (see Middleware). A key longer
+// than tierlimit.MaxKeyLen is replaced by its SHA-256, so no key is
+// refused for its length.
 //
 // The limiter may keep the key for as long as it tracks it: a key sliced
 // from a large string keeps that string alive.
@@ -75,6 +77,7 @@ type config struct {
 	shadow     bool
 	legacy     bool
 	denied     http.Handler
+	concDenied http.Handler
 	failed     http.Handler // nil: fail open
 	onError    func(*http.Request, error)
 	logger     *slog.Logger
@@ -199,7 +202,13 @@ func WithCost(cost func(*http.Request) int64) Option {
 // WithShadow turns on shadow mode, for rolling out a limit: requests are
 // decided and charged, and the headers are set, as when enforcing, but a
 // denied request is served instead of refused. Observe the limiters (e.g.
-// with package metrics) to see what enforcing would deny.
+// with package metrics) to see what enforcing would deny. Shadow mode
+// refuses nothing, so that a mistake in what is being rolled out cannot
+// refuse requests: a request with no valid limit or number of permits for
+// its key, or with an empty key from a KeyFunc, is served too, and
+// reported (WithErrorFunc, or logged) as a request enforcing would
+// refuse; a blocked key's denials reach WithDecisionFunc as every denial
+// does.
 func WithShadow() Option {
 	return optionFunc(func(c *config) error {
 		c.shadow = true

@@ -140,8 +140,10 @@ func New(opts ...Option) (*Collector, error) {
 func labelValue(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // Observer returns an Observer that counts into c under limiter=name. Pass
-// it to a limiter's WithObserver option. Observers of one name share their
-// series.
+// it to a limiter's WithObserver option (to a concurrency limiter's
+// WithPermitObserver for the permit metrics); with other Observers, such
+// as an OpenTelemetry bridge's, through tierlimit.Observers. Observers of
+// one name share their series.
 func (c *Collector) Observer(name string) *tierlimit.Observer {
 	name = labelValue(name)
 	// The series of the known sources are looked up once: a decision then

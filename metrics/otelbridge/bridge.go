@@ -48,10 +48,13 @@ const (
 	AttrBreakerTo    = attribute.Key("tierlimit.breaker.to")
 )
 
-// The values of AttrResult.
+// The values of AttrResult. A decision is acquired or rejected; a permit
+// of a concurrency limiter is acquired, rejected (TryAcquire found none
+// free) or gave_up (an Acquire whose ctx ended while it waited).
 const (
 	ResultAcquired = "acquired"
 	ResultRejected = "rejected"
+	ResultGaveUp   = "gave_up"
 )
 
 // Bridge records what limiters do through the OpenTelemetry metric API. It
@@ -63,16 +66,24 @@ const (
 //
 // From Observers:
 //
-//	tierlimit.rate_limiting.decisions          counter    {decision}   limiter, source, result
-//	tierlimit.rate_limiting.limit_decisions    counter    {decision}   limiter, limit (at most WithMaxLimits, then "other"), result
-//	tierlimit.rate_limiting.given_back         counter    {decision}   limiter, source (admissions whose charge was given back whole)
-//	tierlimit.rate_limiting.decision.duration  histogram  s            limiter, source (see below)
-//	tierlimit.redis.calls                      counter    {call}       limiter, op (every call, failed or not)
-//	tierlimit.redis.errors                     counter    {call}       limiter, op
-//	tierlimit.redis.call.duration              histogram  s            limiter, op
-//	tierlimit.breaker.transitions              counter    {transition} limiter, from, to
-//	tierlimit.redis.eviction_risk              gauge      1            limiter (1 may evict, 0 cannot, -1 unknown)
-//	tierlimit.redis.evicted_keys               gauge      {key}        limiter
+//	tierlimit.rate_limiting.decisions              counter    {decision}   limiter, source, result
+//	tierlimit.rate_limiting.limit_decisions        counter    {decision}   limiter, limit (at most WithMaxLimits, then "other"), result
+//	tierlimit.rate_limiting.given_back             counter    {decision}   limiter, source (admissions whose charge was given back whole)
+//	tierlimit.rate_limiting.decision.duration      histogram  s            limiter, source (see below)
+//	tierlimit.redis.calls                          counter    {call}       limiter, op (every call, failed or not)
+//	tierlimit.redis.errors                         counter    {call}       limiter, op
+//	tierlimit.redis.call.duration                  histogram  s            limiter, op
+//	tierlimit.breaker.transitions                  counter    {transition} limiter, from, to
+//	tierlimit.redis.eviction_risk                  gauge      1            limiter (1 may evict, 0 cannot, -1 unknown)
+//	tierlimit.redis.evicted_keys                   gauge      {key}        limiter
+//	tierlimit.rate_limiting.permits                counter    {permit}     limiter, source, result (acquired, rejected, gave_up)
+//	tierlimit.rate_limiting.permit.wait.duration   histogram  s            limiter (an Acquire that waited)
+//
+// The permit instruments count the acquisitions of concurrency limiters
+// (given an Observer with their WithPermitObserver option) as package
+// metrics counts them in tierlimit_permits_total and
+// tierlimit_permit_wait_seconds, a refusal under result "rejected" (its
+// "refused").
 //
 // Fallback decisions are the decisions with source "fallback". The two
 // decision counters are counted in process and read when collected
@@ -102,8 +113,9 @@ type Bridge struct {
 	logger       *slog.Logger
 
 	calls, callErrs, transitions metric.Int64Counter
-	givenBack                    metric.Int64Counter
+	givenBack, permits           metric.Int64Counter
 	decisionLat, callLat         metric.Float64Histogram
+	permitWait                   metric.Float64Histogram
 	evictRisk, evicted           metric.Int64Gauge
 
 	decisions, byLimit                   metric.Int64ObservableCounter
@@ -176,6 +188,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Bridge, error) {
 	b.transitions = counter("tierlimit.breaker.transitions", "{transition}", "Changes of state of the circuit breaker in front of Redis.")
 	b.evictRisk = gauge("tierlimit.redis.eviction_risk", "1", "1 when the Redis server may evict limiter keys, 0 when it cannot, -1 when unknown.")
 	b.evicted = gauge("tierlimit.redis.evicted_keys", "{key}", "Keys the Redis server evicted since it started, as last read.")
+	b.permits = counter("tierlimit.rate_limiting.permits", "{permit}", "Acquisitions of concurrency limiters' permits, by the tier that decided and their result.")
+	b.permitWait = histogram("tierlimit.rate_limiting.permit.wait.duration", "Time an Acquire of a concurrency limiter waited for a permit, when it waited.", series.DecisionBuckets())
 	b.leased = obsCounter("tierlimit.hybrid.tokens.leased", "{token}", "Tokens claimed from Redis into leases.")
 	b.spent = obsCounter("tierlimit.hybrid.tokens.spent", "{token}", "Leased tokens that admitted a request.")
 	b.refunded = obsCounter("tierlimit.hybrid.tokens.refunded", "{token}", "Leased tokens given back to Redis unspent.")
@@ -259,14 +273,40 @@ func sourceName(s int) string {
 
 var resultNames = [2]string{ResultRejected, ResultAcquired}
 
+// The results of a permit, as indexes of permitResults.
+const (
+	permitAcquired = iota
+	permitRejected
+	permitGaveUp
+)
+
+var permitResults = [...]string{ResultAcquired, ResultRejected, ResultGaveUp}
+
+// permitOptions returns the attributes of the permit counter for each
+// source and result under lim, made once per Observer so that counting a
+// permit allocates nothing.
+func permitOptions(lim attribute.KeyValue) *[sourceCount + 1][len(permitResults)][]metric.AddOption {
+	var opts [sourceCount + 1][len(permitResults)][]metric.AddOption
+	for s := range opts {
+		for r := range opts[s] {
+			opts[s][r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lim,
+				AttrSource.String(sourceName(s)), AttrResult.String(permitResults[r])))}
+		}
+	}
+	return &opts
+}
+
 // Observer returns an Observer that records into b under
-// tierlimit.limiter=name. Pass it to a limiter's WithObserver option.
-// Observers of one name share their series.
+// tierlimit.limiter=name. Pass it to a limiter's WithObserver option (to
+// a concurrency limiter's WithPermitObserver for the permit instruments);
+// with other Observers, such as package metrics' Collector's, through
+// tierlimit.Observers. Observers of one name share their series.
 func (b *Bridge) Observer(name string) *tierlimit.Observer {
 	name = strings.ToValidUTF8(name, "\uFFFD")
 	lc := b.countsOf(name)
 	lim := AttrLimiter.String(name)
 	limOnly := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(lim))}
+	permitOpts := permitOptions(lim)
 	ctx := context.Background()
 	return &tierlimit.Observer{
 		Decision: func(d tierlimit.Decision) {
@@ -294,6 +334,19 @@ func (b *Bridge) Observer(name string) *tierlimit.Observer {
 		},
 		GiveBack: func(g tierlimit.GiveBack) {
 			b.givenBack.Add(ctx, 1, metric.WithAttributes(lim, AttrSource.String(g.Source.String())))
+		},
+		Permit: func(d tierlimit.PermitDecision) {
+			result := permitAcquired
+			switch {
+			case !d.Acquired && d.Waited > 0:
+				result = permitGaveUp
+			case !d.Acquired:
+				result = permitRejected
+			}
+			b.permits.Add(ctx, 1, permitOpts[min(int(d.Source), sourceCount)][result]...)
+			if d.Waited > 0 {
+				b.permitWait.Record(ctx, d.Waited.Seconds(), limOnly...)
+			}
 		},
 		Breaker: func(c tierlimit.BreakerChange) {
 			b.transitions.Add(ctx, 1, metric.WithAttributes(lim,
