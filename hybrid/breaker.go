@@ -5,6 +5,7 @@ package hybrid
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -40,11 +41,8 @@ type breaker struct {
 	changes chan tierlimit.BreakerChange
 }
 
-func newBreaker(threshold uint32, probe time.Duration, observed bool, misconfigured func(error) bool) *breaker {
-	b := &breaker{probe: probe, start: time.Now()}
-	if observed {
-		b.changes = make(chan tierlimit.BreakerChange, 64)
-	}
+func newBreaker(threshold uint32, probe time.Duration, misconfigured func(error) bool) *breaker {
+	b := &breaker{probe: probe, start: time.Now(), changes: make(chan tierlimit.BreakerChange, 64)}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "tierlimit-redis",
 		MaxRequests: 1, // one probe at a time while half-open
@@ -70,11 +68,9 @@ func (b *breaker) changed(_ string, from, to gobreaker.State) {
 	} else {
 		b.openUntil.Store(0)
 	}
-	if b.changes != nil {
-		select {
-		case b.changes <- tierlimit.BreakerChange{From: breakerState(from), To: breakerState(to)}:
-		default: // the observer is behind: Stats still counts the opens
-		}
+	select {
+	case b.changes <- tierlimit.BreakerChange{From: breakerState(from), To: breakerState(to)}:
+	default: // the log and the observer are behind: Stats still counts the opens
 	}
 }
 
@@ -131,15 +127,61 @@ func (b *breaker) stalled() {
 	}
 }
 
-// notify delivers breaker changes to the observer until Close.
+// notify logs breaker changes and delivers them to the observer's f (nil:
+// none) until Close, off gobreaker's lock and the callers' goroutines.
 func (l *limiter) notify(f func(tierlimit.BreakerChange)) {
 	defer l.wg.Done()
+	var since time.Time // when the breaker left closed
+	var opens int
 	for {
 		select {
 		case <-l.done:
-			return
+			// The changes made before Close are logged and delivered.
+			for {
+				select {
+				case c := <-l.brk.changes:
+					since, opens = l.logBreaker(c, since, opens)
+					if f != nil {
+						f(c)
+					}
+				default:
+					return
+				}
+			}
 		case c := <-l.brk.changes:
-			f(c)
+			since, opens = l.logBreaker(c, since, opens)
+			if f != nil {
+				f(c)
+			}
 		}
 	}
+}
+
+// logBreaker logs change c: an outage's start (closed to open) as a
+// warning and its end (to closed) as information, with how long it lasted
+// and how often the breaker opened; the probes between (open to half-open
+// and back) at debug level, so that an outage of minutes logs two lines,
+// not two a probe interval. since and opens are the outage's so far; it
+// returns them updated.
+func (l *limiter) logBreaker(c tierlimit.BreakerChange, since time.Time, opens int) (time.Time, int) {
+	log := l.cfg.logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if c.To == tierlimit.BreakerOpen {
+		opens++
+	}
+	switch {
+	case c.From == tierlimit.BreakerClosed && c.To == tierlimit.BreakerOpen:
+		since = time.Now()
+		log.Warn("hybrid: Redis is not answering: circuit breaker open, deciding on the fallback until it answers",
+			"prefix", l.cfg.prefix, "fallback", l.share.Load().String(), "probe_interval", l.cfg.probeInterval)
+	case c.To == tierlimit.BreakerClosed:
+		log.Info("hybrid: Redis answers again: circuit breaker closed, leasing resumed",
+			"prefix", l.cfg.prefix, "outage", time.Since(since).Round(time.Millisecond), "breaker_opens", opens)
+		since, opens = time.Time{}, 0
+	default:
+		log.Debug("hybrid: circuit breaker "+c.To.String(), "prefix", l.cfg.prefix, "from", c.From.String())
+	}
+	return since, opens
 }

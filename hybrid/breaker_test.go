@@ -23,7 +23,7 @@ import (
 func TestBreakerSteps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const probe = 500 * time.Millisecond
-		b := newBreaker(3, probe, false, tierlimit.Misconfigured)
+		b := newBreaker(3, probe, tierlimit.Misconfigured)
 		outage := errors.New("ERR injected outage")
 		call := func(err error) error {
 			done, aerr := b.allow()

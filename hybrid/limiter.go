@@ -196,7 +196,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if o := cfg.observer; o != nil {
 		l.onDecision, l.onCall, l.onGiveBack, onBreaker = o.Decision, o.RedisCall, o.GiveBack, o.Breaker
 	}
-	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, onBreaker != nil, bucket.Misconfigured)
+	l.brk = newBreaker(cfg.breakerThreshold, cfg.probeInterval, bucket.Misconfigured)
 	l.keys, err = newTable(cfg.maxKeys, l.retire)
 	if err != nil {
 		return nil, invalid("cache: %v", err)
@@ -227,10 +227,8 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	}
 	go l.janitor()
 	go l.heartbeats()
-	if onBreaker != nil {
-		l.wg.Add(1)
-		go l.notify(onBreaker)
-	}
+	l.wg.Add(1)
+	go l.notify(onBreaker)
 	outer := &Limiter{limiter: l}
 	// Close runs on a goroutine of its own: it may wait for Redis, and
 	// cleanups share one goroutine.

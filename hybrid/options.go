@@ -344,10 +344,13 @@ func WithObserver(o *tierlimit.Observer) Option {
 	})
 }
 
-// WithLogger sets the logger the limiter warns in, of a Redis server that
-// may evict its keys (default: slog.Default(), read when a line is
-// logged). A warning is logged when the risk appears or becomes unknown,
-// not on every reading.
+// WithLogger sets the logger the limiter logs in (default: slog.Default(),
+// read when a line is logged): a warning when Redis stops answering (the
+// circuit breaker opens) and a line when it answers again (it closes),
+// once per outage, the probes between at debug level; and a warning of a
+// Redis server that may evict its keys, when the risk appears or becomes
+// unknown, not on every reading. Given a logger, the limiter logs nothing
+// to slog.Default(). go-redis logs on its own (redis.SetLogger).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
