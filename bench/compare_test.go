@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +76,10 @@ var scenarios = sync.OnceValue(func() []scenario {
 // refills count too), the commands those carried (redis-cmds/op), the
 // fraction of decisions that were allowed (allowed/op) and, for contenders
 // that use Redis, the CPU time redis-server spent per decision
-// (redis-cpu-ns/op, from INFO cpu).
+// (redis-cpu-ns/op, from INFO cpu; 0 for the in-process ones), and the CPU
+// time the benchmark's process spent per decision (cpu-ns/op, from
+// getrusage: the caller's goroutines, background work, go-redis and the
+// garbage collector), which is what a service on its own cores pays.
 func BenchmarkCompare(b *testing.B) {
 	runCompare(b, func(sc scenario) []entrant {
 		var es []entrant
@@ -254,6 +258,7 @@ func (f *compareFixture) measure(b *testing.B, sc scenario, parallel bool) {
 	if f.admin != nil {
 		cpu0 = serverCPU(b, f.admin)
 	}
+	self0 := processCPU(b)
 	var allowed, errs int64
 	var firstErr error
 	b.ReportAllocs()
@@ -307,11 +312,15 @@ func (f *compareFixture) measure(b *testing.B, sc scenario, parallel bool) {
 		}
 	}
 	b.StopTimer()
+	self1 := processCPU(b)
 	trips1, cmds1 := f.hook.load()
 	n := float64(b.N)
+	b.ReportMetric(float64(self1-self0)/n, "cpu-ns/op")
+	redisCPU := 0.0 // an in-process contender's Redis does nothing for it
 	if f.admin != nil {
-		b.ReportMetric(float64(serverCPU(b, f.admin)-cpu0)/n, "redis-cpu-ns/op")
+		redisCPU = float64(serverCPU(b, f.admin)-cpu0) / n
 	}
+	b.ReportMetric(redisCPU, "redis-cpu-ns/op")
 	if fb := f.fallbackCount() - fb0; fb > 0 {
 		b.Logf("%d of %d decisions fell back to the in-process limiter", fb, b.N)
 		if float64(fb) > maxFallbackRate*n {
@@ -329,6 +338,17 @@ func (f *compareFixture) measure(b *testing.B, sc scenario, parallel bool) {
 	b.ReportMetric(float64(trips1-trips0)/n, "redis-calls/op")
 	b.ReportMetric(float64(cmds1-cmds0)/n, "redis-cmds/op")
 	b.ReportMetric(float64(allowed)/n, "allowed/op")
+}
+
+// processCPU returns the CPU time this process has used, user and system,
+// in ns (getrusage RUSAGE_SELF): a decision's whole cost to the service,
+// its background goroutines, go-redis and the garbage collector included.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // serverCPU returns the CPU time the redis-server rdb is connected to has
