@@ -268,12 +268,17 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 // tokens granted, Redis's Result, what to report (see report) and the
 // call's error.
 func (l *limiter) leaseCall(ctx context.Context, op, key string, c store.Claim) (granted int64, res tierlimit.Result, ev tierlimit.RedisCall, err error) {
-	ev, err = l.call(op, l.cfg.callBudget, func() error {
+	g, ev := l.leaseGrant(ctx, op, key, c)
+	return g.Granted, g.Result, ev, g.Err
+}
+
+// leaseGrant is leaseCall, with the whole outcome (store.Grant.Full).
+func (l *limiter) leaseGrant(ctx context.Context, op, key string, c store.Claim) (g store.Grant, ev tierlimit.RedisCall) {
+	ev, g.Err = l.call(op, l.cfg.callBudget, func() error {
 		cctx, cancel := l.budget(ctx)
 		defer cancel()
-		var err error
-		granted, res, err = l.bucket.Lease(cctx, key, c)
-		return err
+		g = l.bucket.LeaseGrant(cctx, key, c)
+		return g.Err
 	})
-	return granted, res, ev, err
+	return g, ev
 }

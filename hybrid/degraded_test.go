@@ -762,7 +762,10 @@ func TestChargeBackCarriesDebt(t *testing.T) {
 		for i, c := range tc.charges {
 			l.cfg.clock.(*clocktest.Clock).Add(c.after)
 			e.owed.Add(c.since)
-			got := l.paid(e, c.asked, c.granted, tierlimit.Result{Remaining: c.left})
+			// No other holder's records: the bucket stood at its ceiling
+			// if its level and this charge's grant (recorded) fill it.
+			g := store.Grant{Granted: c.granted, Result: tierlimit.Result{Remaining: c.left}, Full: c.granted+c.left >= limit.Capacity()}
+			got := l.paid(e, c.asked, g)
 			if owed := e.owed.Load(); owed != c.wantOwed || got != c.want {
 				t.Errorf("%s: charge %d (%d of %d granted, %d left): owed %d, outcome %d; want %d, %d",
 					tc.name, i, c.granted, c.asked, c.left, owed, got, c.wantOwed, c.want)

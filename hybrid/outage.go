@@ -231,7 +231,7 @@ func (l *limiter) chargeBack(entries []*entry) {
 		}
 		var full, short []*entry
 		l.claimAll("chargeback", batch, l.debtClaim, func(e *entry, c store.Claim, g store.Grant) {
-			switch l.paid(e, c.Want, g.Granted, g.Result) {
+			switch l.paid(e, c.Want, g) {
 			case debtFull:
 				full = append(full, e)
 			case debtShort:
@@ -270,7 +270,11 @@ const (
 //     (or state Redis lost): one bucket would have given it. It is
 //     forgiven. The bucket was full when this charge came, or when another
 //     instance's charge of the same outage came: that one marked it
-//     (debtFull, settleMarks), and this one finds the mark.
+//     (debtFull, settleMarks), and this one finds the mark. Full in the
+//     ledger's sense (store.Grant.Full): its level at its ceiling, what
+//     its records hold aside, so that the claims a paused Redis held and
+//     ran before any charge, whose grants their holders never received
+//     or still hold, do not make it look drained.
 //   - tokens other instances leased while this one fell back: the fleet
 //     admitted them twice. They stay owed: the key's claims pay them
 //     before they take anything (claimInto), and the janitor takes them
@@ -282,11 +286,12 @@ const (
 // reply granted (store.Claim.Received): that is the lease's, not spent.
 //
 // The caller holds e's key lock.
-func (l *limiter) paid(e *entry, want, granted int64, res tierlimit.Result) debtOutcome {
+func (l *limiter) paid(e *entry, want int64, g store.Grant) debtOutcome {
 	// Only fallbacks add to what e owes while the lock is held: it is at
 	// least what is read here.
-	pay := min(granted, max(e.owed.Load(), 0))
-	if extra := granted - pay; extra > 0 {
+	pay := min(g.Granted, max(e.owed.Load(), 0))
+	extra := g.Granted - pay
+	if extra > 0 {
 		l.stats.leased.Add(extra)
 		l.land(e, extra)
 	}
@@ -298,7 +303,7 @@ func (l *limiter) paid(e *entry, want, granted int64, res tierlimit.Result) debt
 	case left <= 0, pay >= want && want < e.policy().capacity:
 		e.owedSince.Store(0)
 		out = debtSettled
-	case pay+res.Remaining >= e.policy().capacity:
+	case g.Full:
 		l.forgive(e)
 		out = debtFull
 	case e.owedSince.Load() == 0:
@@ -384,16 +389,16 @@ func (l *limiter) settleMarks(ctx context.Context, full, short []*entry, locked 
 // holds e's key lock.
 func (l *limiter) payDebt(ctx context.Context, e *entry, ev *tierlimit.RedisCall) error {
 	c := l.debtClaim(e)
-	granted, res, call, err := l.leaseCall(ctx, "chargeback", e.key, c)
+	g, call := l.leaseGrant(ctx, "chargeback", e.key, c)
 	*ev = call
-	l.replied(e, granted, err)
-	if err != nil {
-		return err
+	l.replied(e, g.Granted, g.Err)
+	if g.Err != nil {
+		return g.Err
 	}
 	one := []*entry{e}
 	cctx, cancel := l.budget(ctx)
 	defer cancel()
-	switch l.paid(e, c.Want, granted, res) {
+	switch l.paid(e, c.Want, g) {
 	case debtFull:
 		l.settleMarks(cctx, one, nil, true)
 	case debtShort:

@@ -58,10 +58,13 @@
 --          (the store checks).
 --
 -- Reply per call: {allowed, handed, then per limit: remaining, retry_us,
--- reset_us}, as tokenbucket.lua's; handed is what the holder receives: the
--- undelivered (handed - received, what replies it never got carried) and
--- any fresh grant; for a refund, how many of its back tokens every bucket
--- took back. remaining is the level.
+-- reset_us, as tokenbucket.lua's, then full}; handed is what the holder
+-- receives: the undelivered (handed - received, what replies it never got
+-- carried) and any fresh grant; for a refund, how many of its back tokens
+-- every bucket took back. remaining is the level. full is 1 if every
+-- bucket stands at its ceiling after the call (level + total >= cap):
+-- nothing was taken from it since it last was full but what the records
+-- still count (hybrid forgives the debt of a charge-back that finds it so).
 --
 -- A state written under another limit is refilled under it up to now, to
 -- at most its capacity less every token the ledger holds, and converted
@@ -342,6 +345,7 @@ end
 local function finish(reply, c, B, clock, allowed, hand)
   reply[#reply + 1] = allowed
   reply[#reply + 1] = hand
+  local full = 1
   for i = 1, c.n do
     local b = B[i]
     local key, lim = KEYS[c.kj + i], ARGV[c.l + i - 1]
@@ -367,7 +371,9 @@ local function finish(reply, c, B, clock, allowed, hand)
     reply[#reply + 1] = b.k
     reply[#reply + 1] = retry
     reply[#reply + 1] = reset
+    if b.k + b.total < b.cap then full = 0 end
   end
+  reply[#reply + 1] = full
 end
 
 -- The calls, each read, decided by its op and written in turn.

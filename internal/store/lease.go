@@ -71,14 +71,20 @@ type Claim struct {
 // Min, with Remaining the tokens left in Redis and RetryAfter the wait until
 // Min are available. Granted tokens are debited in Redis before Lease returns.
 func (l *Limiter) Lease(ctx context.Context, key string, c Claim) (int64, tierlimit.Result, error) {
+	g := l.LeaseGrant(ctx, key, c)
+	return g.Granted, g.Result, g.Err
+}
+
+// LeaseGrant is Lease, with the whole outcome (Grant.Full).
+func (l *Limiter) LeaseGrant(ctx context.Context, key string, c Claim) Grant {
 	p, err := l.checkClaim(key, c)
 	if err != nil {
-		return 0, tierlimit.Result{}, err
+		return Grant{Err: err}
 	}
 	start := l.start()
-	res, granted, err := l.run(ctx, l.Keys(key), l.claimArgs(c, p), p.limits)
-	l.reportCall("claim", start, err)
-	return granted, res, err
+	g := l.runGrant(ctx, l.Keys(key), l.claimArgs(c, p), p.limits)
+	l.reportCall("claim", start, g.Err)
+	return g
 }
 
 // checkClaim checks a claim and returns the plan of its limit.
@@ -358,7 +364,13 @@ func tookBack(c *redis.Cmd) int64 {
 type Grant struct {
 	Granted int64
 	Result  tierlimit.Result
-	Err     error // this claim failed; nothing was taken
+	// Full says that every limit's bucket stood at its ceiling after the
+	// claim: its level plus what its ledger's records hold reached its
+	// capacity, so nothing was taken from it since it was last full but
+	// what the records still count (an upper bound: a holder lowers its
+	// record to what it holds at its next call).
+	Full bool
+	Err  error // this claim failed; nothing was taken
 }
 
 // LeaseBatch runs claims[i] for keys[i], as Lease does, in one pipelined
@@ -423,7 +435,7 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 		if err == nil {
 			want := 0
 			for _, i := range batches[b] {
-				want += replyLen(plans[i].limits)
+				want += l.replyLen(plans[i].limits)
 			}
 			if len(replies) != want {
 				err = fmt.Errorf("%s: batch reply of %d values, want %d for %d claims",
@@ -436,8 +448,8 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 				grants[i].Err = err
 				continue
 			}
-			n := replyLen(plans[i].limits)
-			grants[i].Result, grants[i].Granted, grants[i].Err = l.result(replies[at:at+n], plans[i].limits)
+			n := l.replyLen(plans[i].limits)
+			grants[i] = l.result(replies[at:at+n], plans[i].limits)
 			at += n
 		}
 	}

@@ -389,24 +389,38 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int64) (tie
 
 // run runs the script on keys with ARGV args; limits are the entries'.
 func (l *Limiter) run(ctx context.Context, keys []string, args []any, limits []tierlimit.Limit) (tierlimit.Result, int64, error) {
+	g := l.runGrant(ctx, keys, args, limits)
+	return g.Result, g.Granted, g.Err
+}
+
+// runGrant is run, with the whole outcome.
+func (l *Limiter) runGrant(ctx context.Context, keys []string, args []any, limits []tierlimit.Limit) Grant {
 	l.checkEviction()
 	reply, err := l.alg.script.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
-		return tierlimit.Result{}, 0, l.redisErr(l.alg.name, err)
+		return Grant{Err: l.redisErr(l.alg.name, err)}
 	}
 	return l.result(reply, limits)
 }
 
 // replyLen is the length of a script's reply to one call under limits:
-// allowed, handed, then remaining, retry and reset per limit.
-func replyLen(limits []tierlimit.Limit) int { return 2 + 3*len(limits) }
+// allowed, handed, then remaining, retry and reset per limit, then, from
+// ledger.lua, full.
+func (l *Limiter) replyLen(limits []tierlimit.Limit) int {
+	n := 2 + 3*len(limits)
+	if l.alg.ledger {
+		n++
+	}
+	return n
+}
 
 // result folds a script reply {allowed, granted, per entry: remaining,
-// retry_us, reset_us} into one Result: the most restrictive entry decides.
-func (l *Limiter) result(reply []any, limits []tierlimit.Limit) (tierlimit.Result, int64, error) {
-	if len(reply) != replyLen(limits) {
-		return tierlimit.Result{}, 0, fmt.Errorf("%s: reply of %d values, want %d",
-			l.alg.name, len(reply), replyLen(limits))
+// retry_us, reset_us, then full (ledger.lua)} into one Grant: the most
+// restrictive entry decides the Result.
+func (l *Limiter) result(reply []any, limits []tierlimit.Limit) Grant {
+	if len(reply) != l.replyLen(limits) {
+		return Grant{Err: fmt.Errorf("%s: reply of %d values, want %d",
+			l.alg.name, len(reply), l.replyLen(limits))}
 	}
 	at := func(i int) int64 {
 		v, _ := reply[i].(int64) // the scripts reply integers only
@@ -430,7 +444,7 @@ func (l *Limiter) result(reply []any, limits []tierlimit.Limit) (tierlimit.Resul
 		}
 		res.ResetAfter = max(res.ResetAfter, micros(reset))
 	}
-	return res, at(1), nil
+	return Grant{Granted: at(1), Result: res, Full: l.alg.ledger && at(len(reply)-1) == 1}
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
