@@ -360,7 +360,7 @@ func tookBack(c *redis.Cmd) int64 {
 	return n
 }
 
-// Grant is the outcome of one claim of LeaseBatch.
+// Grant is the outcome of one claim: LeaseGrant's, or one of LeaseBatch's.
 type Grant struct {
 	Granted int64
 	Result  tierlimit.Result
