@@ -90,3 +90,88 @@ func TestLedgerLateRefundReported(t *testing.T) {
 		}
 	})
 }
+
+// TestLedgerLostStateRecordedAgain: a key lost while a holder's record was
+// live and made again, full, by a caller that could not know (a claim
+// without a live record, as another instance's first): the holder's next
+// claim records again what it still holds and takes it from the level,
+// into debt, so that the fleet's level plus records is back within the
+// capacity and what the holder spends is repaid by the refill, not
+// admitted on top of a fresh bucket. A live holder that finds the key
+// gone starts it empty and records what it holds, taking nothing more.
+func TestLedgerLostStateRecordedAgain(t *testing.T) {
+	onEachServer(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		clock := &clocktest.Clock{}
+		clock.Set(t0)
+		l, err := New(rdb, TokenBucket, tierlimit.PerSecond(10), Config{Hold: 3 * time.Second, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease := func(key string, c Claim) int64 {
+			t.Helper()
+			got, _, err := l.Lease(ctx, key, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		level := func(key string) (int64, Ledger) {
+			t.Helper()
+			v, err := rdb.Get(ctx, l.Keys(key)[0]).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			state, led, err := SplitLedger(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := ParseInts(state, 6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f[0], led
+		}
+		for _, key := range []string{"remade", "gone"} {
+			if got := lease(key, Claim{Min: 9, Want: 9, Holder: "a", Gen: 1}); got != 9 {
+				t.Fatalf("%s: a's lease = %d, want 9", key, got)
+			}
+		}
+		if err := flushAll(ctx, rdb); err != nil {
+			t.Fatal(err)
+		}
+		// Another instance's first claim finds "remade" absent: full.
+		if got := lease("remade", Claim{Min: 1, Want: 10, Holder: "b", Gen: 1}); got != 10 {
+			t.Fatalf("b's claim of the lost key = %d, want 10 (it cannot know)", got)
+		}
+		again := Claim{Min: 0, Want: 1, Holder: "a", Gen: 2, Held: 9, Received: 9, Live: true}
+		gen, received := int64(1), int64(10) // b's
+		if got := lease("remade", again); got != 0 {
+			t.Errorf("a's claim after the loss got %d, want 0", got)
+		}
+		if k, led := level("remade"); k != -9 || len(led.Records) != 2 || led.Total != 19 {
+			t.Errorf("remade: level %d, ledger %+v; want -9 (a's 9 taken again), records of b's 10 and a's 9", k, led)
+		}
+		if got := lease("gone", again); got != 0 {
+			t.Errorf("a's claim of the key Redis lost got %d, want 0 (empty)", got)
+		}
+		if k, led := level("gone"); k != 0 || led.Total != 9 {
+			t.Errorf("gone: level %d, ledger %+v; want 0 and a's 9 recorded", k, led)
+		}
+		// The refill repays the debt before b, which spent its 10, gets
+		// anything more. b's record counts its 10 until b's next claim
+		// lowers it (the ceiling 10 - 19 holds the level at -9 until
+		// then); from there, 1 s at 10/s brings the level to 1.
+		for _, c := range []struct {
+			at   time.Duration
+			want int64
+		}{{950 * time.Millisecond, 0}, {1900 * time.Millisecond, 0}, {1950 * time.Millisecond, 1}} {
+			clock.Set(t0.Add(c.at))
+			gen++
+			if got := lease("remade", Claim{Min: 1, Want: 1, Holder: "b", Gen: gen, Received: received}); got != c.want {
+				t.Errorf("b's claim %v after the loss got %d, want %d", c.at, got, c.want)
+			}
+			received += c.want
+		}
+	})
+}

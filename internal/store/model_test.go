@@ -65,7 +65,7 @@ const (
 // modelOp is one step of a sequence, spelled as its String: a kind, then
 // key=value fields.
 type modelOp struct {
-	kind string // claim, batch (a claim in batch mode), debt (Settle's take), spend, back (a give-back into the lease), refund, give (Settle's give-back), run (a queued call), peek, allow, tick (and the janitor), skew (Redis's clock steps, within modelMaxSkew), jump (steps past it), limit
+	kind string // claim, batch (a claim in batch mode), debt (Settle's take), spend, back (a give-back into the lease), refund, give (Settle's give-back), run (a queued call), peek, allow, tick (and the janitor), skew (Redis's clock steps, within modelMaxSkew), jump (steps past it), flush (Redis loses every key), limit
 	e    int    // the entry (holder e/keys on key e%keys); the key for peek, allow, limit; the queued call for run
 	min  int64
 	want int64  // claim: most tokens; spend, allow: tokens; tick: ms
@@ -88,6 +88,8 @@ func (o modelOp) String() string {
 		return fmt.Sprintf("tick ms=%d fate=%s", o.want, o.fate)
 	case "skew", "jump":
 		return fmt.Sprintf("%s ms=%d", o.kind, o.want)
+	case "flush":
+		return "flush"
 	}
 	return fmt.Sprintf("%s e=%d", o.kind, o.e)
 }
@@ -198,8 +200,10 @@ func randomSeq(r *rand.Rand, n int) modelSeq {
 			o = modelOp{kind: "peek", e: r.IntN(s.keys)}
 		case x < 78:
 			o = modelOp{kind: "allow", e: r.IntN(s.keys), want: 1 + r.Int64N(3)}
-		case x < 79:
+		case x < 78:
 			o = modelOp{kind: "limit", e: r.IntN(s.keys)}
+		case x < 79:
+			o = modelOp{kind: "flush"}
 		case x < 80:
 			o = modelOp{kind: "skew", want: skews[r.IntN(len(skews))]}
 		default:
@@ -222,10 +226,19 @@ type modelEntry struct {
 
 	tokens int64     // received, neither spent nor given back
 	until  time.Time // spends none from then on: a lease TTL after its last grant
+	live   bool      // its record should be live: a grant since its last refund (Claim.Live, with until)
+
+	// unrecorded: Redis lost e's record (flush) while e held tokens, and
+	// no claim of e's has recorded them again yet.
+	unrecorded bool
 
 	// The tally: received = spent + refunded + tokens.
 	received, spent, refunded int64
 }
+
+// isLive reports whether e's record should be live at now: a grant reached
+// e less than a lease TTL ago, and no refund of e's since.
+func (e *modelEntry) isLive(now time.Time) bool { return e.live && now.Before(e.until) }
 
 // spendable is what e may spend at now.
 func (e *modelEntry) spendable(now time.Time) int64 {
@@ -371,6 +384,20 @@ func (st *modelState) step(o modelOp) string {
 		if _, _, err := st.tb.Lease(st.ctx, st.key(k), Claim{Limit: st.limit(k)}); err != nil {
 			st.t.Fatal(err)
 		}
+	case "flush":
+		// Redis loses every key (FLUSHALL, a restart from empty): the
+		// holders' records go with them. A holder that still holds
+		// tokens spends them until its next claim records them again
+		// (Claim.Live): that much over one bucket, which the level
+		// repays as debt, is what docs/design.md's Lost state allows.
+		if err := st.rdb.FlushAll(st.ctx).Err(); err != nil {
+			st.t.Fatal(err)
+		}
+		clear(st.expire)
+		clear(st.seen)
+		for _, e := range st.entries {
+			e.unrecorded = e.tokens > 0 || e.proto.lost || e.proto.covered > 0 // covered: it may give back into its lease
+		}
 	case "allow":
 		k := o.e % st.seq.keys
 		return st.conserving(k, func() {
@@ -428,7 +455,10 @@ func (st *modelState) step(o modelOp) string {
 func (st *modelState) claim(e *modelEntry, o modelOp) string {
 	lim := st.limit(e.key)
 	c := e.proto.claim(e, o.min, o.want)
-	c.Limit = lim
+	c.Limit, c.Live = lim, e.isLive(st.now)
+	if o.fate != "never" && o.fate != "late" {
+		defer func() { e.unrecorded = false }() // the claim ran: it recorded what e holds
+	}
 	key := st.key(e.key)
 	lease := func() (int64, tierlimit.Result) {
 		if o.kind == "batch" {
@@ -486,7 +516,7 @@ func (st *modelState) claim(e *modelEntry, o modelOp) string {
 	e.tokens += n
 	e.received += n
 	if n > 0 {
-		e.until = st.now.Add(modelTTL)
+		e.until, e.live = st.now.Add(modelTTL), true
 	}
 	if res.Allowed {
 		return st.delivered(e)
@@ -524,6 +554,8 @@ func (st *modelState) refund(e *modelEntry, fate string, give int64) string {
 	if !ok {
 		return ""
 	}
+	r.Live = e.isLive(st.now)
+	e.live, e.unrecorded = false, false
 	st.refunds++
 	r.Key, r.Limit, r.ID = st.key(e.key), st.limit(e.key), "r"+strconv.Itoa(st.refunds)
 	p, err := st.tb.planFor(r.Limit)
@@ -569,7 +601,10 @@ func (st *modelState) refund(e *modelEntry, fate string, give int64) string {
 // Settle does, and keeps what a lost reply's grant hands over.
 func (st *modelState) debt(e *modelEntry, o modelOp) string {
 	c := e.proto.claim(e, 0, o.want)
-	c.Limit, c.Debt = st.limit(e.key), true
+	c.Limit, c.Debt, c.Live = st.limit(e.key), true, e.isLive(st.now)
+	if o.fate != "never" && o.fate != "late" {
+		defer func() { e.unrecorded = false }()
+	}
 	key := st.key(e.key)
 	var n int64
 	lease := func() {
@@ -592,6 +627,26 @@ func (st *modelState) debt(e *modelEntry, o modelOp) string {
 		st.t.Fatal(err)
 	}
 	before := st.levels(e.key)
+	if c.Live {
+		// A live holder's claim of a key Redis lost starts it empty; of
+		// a key made again without as much as the holder holds in its
+		// record, it takes what the record lacks again (ledger.lua's
+		// claim).
+		for i, rk := range st.tb.Keys(key) {
+			state, l := st.ledger(rk)
+			if state == "" {
+				before[i] = 0
+				continue
+			}
+			var has int64
+			for _, r := range l.Records {
+				if r.Holder == e.name && r.Deadline > st.redisNow().UnixMicro() {
+					has = r.Held
+				}
+			}
+			before[i] -= max(c.Held-has, 0)
+		}
+	}
 	if msg := st.conserving(e.key, lease); msg != "" {
 		return msg
 	}
@@ -629,7 +684,7 @@ func (st *modelState) debt(e *modelEntry, o modelOp) string {
 	e.spent += spent
 	if kept := n - spent; kept > 0 {
 		e.tokens += kept
-		e.until = st.now.Add(modelTTL)
+		e.until, e.live = st.now.Add(modelTTL), true
 	}
 	return st.delivered(e)
 }
@@ -736,7 +791,7 @@ func (st *modelState) check() string {
 				}
 			}
 			for _, e := range st.entries {
-				if e.key == k && e.spendable(st.now) > live[e.name] {
+				if e.key == k && !e.unrecorded && e.spendable(st.now) > live[e.name] {
 					return fmt.Sprintf("key %d limit %d: %s may spend %d until %v, its live record holds %d",
 						k, i, e.name, e.spendable(st.now), e.until.Sub(t0)/modelScale, live[e.name])
 				}
