@@ -13,7 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/internal/permit"
+	"github.com/tierlimit/tierlimit/internal/place"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -66,6 +68,9 @@ type Concurrency struct {
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// hold is the limiter's place among the limiters of this process
+	// (internal/place), given up by Close.
+	hold *place.Hold
 }
 
 // held is a permit out: its key and its holder id in Redis.
@@ -133,11 +138,18 @@ func WithPermitPrefix(prefix string) ConcurrencyOption {
 
 // NewConcurrency returns a limiter of n permits per key (1 to
 // tierlimit.MaxPermits: an error wrapping tierlimit.ErrInvalidLimit
-// otherwise) kept in rdb; a nil rdb or a bad option is an error wrapping
-// tierlimit.ErrInvalidOption. It starts the renewal goroutine, which Close
-// stops. It does not call Redis.
+// otherwise) kept in rdb; a nil rdb (a typed nil *redis.Client or
+// *redis.ClusterClient too) or a bad option is an error wrapping
+// tierlimit.ErrInvalidOption. It refuses, with an error wrapping
+// tierlimit.ErrMisconfigured, a client that does not fit its server (a
+// plain client on a Cluster node, a Cluster client on a standalone
+// server), and a prefix where a live limiter of this process, of any
+// tier, keeps another number of permits per key. It asks the server once,
+// as the rate limiters' constructors do, waiting at most NewTimeout: a
+// Redis that does not answer by then is logged, not an error. It starts
+// the renewal goroutine, which Close stops.
 func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
-	if err := permit.CheckRedis(n, rdb == nil); err != nil {
+	if err := permit.CheckRedis(n, evict.NilClient(rdb)); err != nil {
 		return nil, check.Named("remote", err)
 	}
 	c := &Concurrency{rdb: rdb, n: n, prefix: DefaultPrefix, ttl: DefaultPermitTTL,
@@ -145,6 +157,14 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	if err := permit.Apply(opts, func(o ConcurrencyOption) error { return o.applyConcurrency(c) }); err != nil {
 		return nil, check.Named("remote", err)
 	}
+	if err := place.Client(rdb, NewTimeout, nil); err != nil {
+		return nil, check.Named("remote", err)
+	}
+	hold, err := place.Take(c, "remote.NewConcurrency", rdb, c.prefix, place.PermitFamily, place.Permits(n))
+	if err != nil {
+		return nil, check.Named("remote", err)
+	}
+	c.hold = hold
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	c.id = hex.EncodeToString(b[:])
@@ -221,6 +241,7 @@ func (c *Concurrency) Close() error {
 	c.closed = true
 	close(c.done)
 	c.mu.Unlock()
+	c.hold.Drop()
 	c.wg.Wait()
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/place"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/wait"
 )
@@ -19,8 +20,10 @@ type limiter struct {
 	lines wait.Lines
 }
 
-func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit.Limit, opts []Option) (*limiter, error) {
-	var cfg store.Config
+// newLimiter makes the limiter of alg for constructor by (its name, for
+// the errors of two limiters on one prefix).
+func newLimiter(by string, rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit.Limit, opts []Option) (*limiter, error) {
+	cfg := store.Config{Prefix: DefaultPrefix}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("remote: %w: nil option", tierlimit.ErrInvalidOption)
@@ -33,7 +36,11 @@ func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit
 	if err != nil {
 		return nil, named(err)
 	}
-	return &limiter{s: s}, nil
+	l := &limiter{s: s}
+	if _, err := place.Take(l, by, rdb, cfg.Prefix, alg.Name(), place.Limits(limit, cfg.Extra)); err != nil {
+		return nil, named(err)
+	}
+	return l, nil
 }
 
 // named returns err as remote's callers see it (check.Named).
