@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/place"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/wait"
@@ -18,6 +19,12 @@ import (
 type limiter struct {
 	s     *store.Limiter
 	lines wait.Lines
+	// cluster: an AllowAll may charge several slots, and give back what
+	// a later one refuses, so it runs to its end whatever its context.
+	cluster bool
+	// honours: the client ends a call at its context's deadline itself
+	// (detach.Honours), so a call with a deadline needs no goroutine.
+	honours bool
 }
 
 // newLimiter makes the limiter of alg for constructor by (its name, for
@@ -36,7 +43,8 @@ func newLimiter(by string, rdb redis.UniversalClient, alg *store.Algorithm, limi
 	if err != nil {
 		return nil, named(err)
 	}
-	l := &limiter{s: s}
+	l := &limiter{s: s, honours: detach.Honours(rdb)}
+	_, l.cluster = rdb.(*redis.ClusterClient)
 	if _, err := place.Take(l, by, rdb, cfg.Prefix, alg.Name(), place.Limits(limit, cfg.Extra)); err != nil {
 		return nil, named(err)
 	}
@@ -52,7 +60,7 @@ func named(err error) error { return check.Named("remote", err) }
 // where it is denied with the wait until the debt is repaid. A key WithLimitFunc's function blocks
 // (tierlimit.Blocked) is denied, peeks too, without a call to Redis.
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	res, err := l.s.AllowN(ctx, key, n)
+	res, err := detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
 	if err != nil {
 		return res, named(err)
 	}
@@ -87,7 +95,12 @@ func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // Redis fails while giving back, the error says which keys were left
 // charged and by how much.
 func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
-	res, err := l.s.AllowAll(ctx, takes...)
+	f := func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowAll(ctx, takes...) }
+	if l.cluster {
+		res, err := detach.Run(ctx, f)
+		return res, named(err)
+	}
+	res, err := detach.Call(l.honours, ctx, f)
 	return res, named(err)
 }
 
@@ -104,7 +117,9 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 	if err := l.s.Check(key, n); err != nil {
 		return tierlimit.Result{}, named(err)
 	}
-	res, err := l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
+	res, err := l.lines.N(ctx, key, func() (tierlimit.Result, error) {
+		return detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
+	})
 	return res, named(err)
 }
 
@@ -123,7 +138,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // for a key WithLimitFunc's function blocks, Settle changes nothing and
 // returns the blocked Result (not Allowed, Limit tierlimit.Blocked).
 func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
-	res, err := l.s.Settle(ctx, key, charged, used)
+	res, err := detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.Settle(ctx, key, charged, used) })
 	return res, named(err)
 }
 
@@ -141,8 +156,15 @@ func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (
 // Result, without a call. WithObserver sees a Decision of N = granted, or
 // n when denied.
 func (l *limiter) AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
-	granted, res, err := l.s.AllowAtMost(ctx, key, n)
-	return granted, res, named(err)
+	type took struct {
+		granted int64
+		res     tierlimit.Result
+	}
+	t, err := detach.Call(l.honours, ctx, func(ctx context.Context) (took, error) {
+		granted, res, err := l.s.AllowAtMost(ctx, key, n)
+		return took{granted, res}, err
+	})
+	return t.granted, t.res, named(err)
 }
 
 // LimitFor returns the limit key is decided under: WithLimitFunc's answer
@@ -157,7 +179,10 @@ func (l *limiter) LimitFor(key string) (tierlimit.Limit, error) {
 }
 
 // Reset forgets key's state under every limit: the key is back to full capacity.
-func (l *limiter) Reset(ctx context.Context, key string) error { return named(l.s.Reset(ctx, key)) }
+func (l *limiter) Reset(ctx context.Context, key string) error {
+	_, err := detach.Call(l.honours, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.s.Reset(ctx, key) })
+	return named(err)
+}
 
 // Eviction returns what the Redis server said about evicting keys when last
 // read: at New (within NewTimeout), then about once a minute while the

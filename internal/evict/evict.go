@@ -58,7 +58,7 @@ func Read(ctx context.Context, rdb redis.UniversalClient) (tierlimit.EvictionRis
 	if NilClient(rdb) {
 		return tierlimit.EvictionRisk{}, errNilClient
 	}
-	return detach.Call(ctx, func() (tierlimit.EvictionRisk, error) { return read(ctx, rdb) })
+	return detach.Call(detach.Honours(rdb), ctx, func(ctx context.Context) (tierlimit.EvictionRisk, error) { return read(ctx, rdb) })
 }
 
 // read is Read, as long as the client takes.
