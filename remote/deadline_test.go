@@ -130,7 +130,8 @@ const stallPause = 5 * time.Second
 // context deadlines and waits 3 s for a reply) and Redis stalled by CLIENT
 // PAUSE ALL or SIGSTOP, every method with a context, of every limiter of
 // the package, returns its context's error within its deadline and
-// overDeadline (and the scheduling delay a canary measures); a
+// overDeadline (and the scheduling delay a canary measures), as does an
+// AllowN whose context is cancelled; a
 // Concurrency's Release returns within releaseTimeout and its Close, with
 // a renewal in flight, within closeBound. Once the stall ends, the
 // goroutines the calls left end too; the abandoned AllowN charged its key
@@ -249,6 +250,16 @@ func TestStalledRedisDeadlines(t *testing.T) {
 					return m.call(ctx)
 				})
 			}
+			// A context cancelled rather than past its deadline (a client
+			// gone) ends the call as well.
+			const cancelAfter = 200 * time.Millisecond
+			run("TokenBucket.AllowN cancelled", cancelAfter+overDeadline, context.Canceled, func() error {
+				ctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				time.AfterFunc(cancelAfter, cancel)
+				_, err := limiters[0].AllowN(ctx, "cancelled", 1)
+				return err
+			})
 			run("Permit.Release", min(ttl, releaseTimeout)+overDeadline, nil, func() error { released.Release(); return nil })
 			time.Sleep(ttl / 2) // a renewal in flight
 			run("Concurrency.Close", closeBound, nil, c.Close)
@@ -312,5 +323,55 @@ func TestStalledRedisDeadlines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStalledRedisClose: a Concurrency's Close, with go-redis's default
+// client, permits held on several keys and their renewal in flight on a
+// Redis paused by CLIENT PAUSE 8000 ALL, returns within closeBound (and
+// the scheduling delay a canary measures), and the goroutines the
+// renewal left end once the pause does.
+func TestStalledRedisClose(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis for 8 s")
+	}
+	s := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond // renewals every 100 ms
+	c, err := NewConcurrency(rdb, 10, WithPermitTTL(ttl), WithPermitPrefix("close:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"a", "b", "c"} {
+		if _, ok, err := c.TryAcquire(ctx, key); !ok || err != nil {
+			t.Fatalf("TryAcquire(%s) = %v, %v; want true, nil", key, ok, err)
+		}
+	}
+	base := runtime.NumGoroutine()
+	bird := canary.Start()
+	defer bird.Stop()
+	if err := s.Client(t).Do(ctx, "CLIENT", "PAUSE", 8000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * ttl) // a renewal in flight, stalled
+	bird.Reset()
+	start := time.Now()
+	err = c.Close()
+	took, late := time.Since(start), bird.Worst()
+	if err != nil {
+		t.Errorf("Close = %v, want nil", err)
+	}
+	if took > closeBound+late {
+		t.Errorf("Close on a paused Redis took %v, want at most %v + %v (this process's scheduling delay)", took, closeBound, late)
+	}
+	t.Logf("Close took %v (scheduling delay %v)", took, late)
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		t.Errorf("%d goroutines after the pause, want at most %d as before it", n, base)
 	}
 }
