@@ -1,8 +1,7 @@
 // Package canary measures how late this process runs a goroutine that
 // asks to wake at a time: the scheduling delay a real-time test must allow
 // besides the bound it checks, measured on the machine the test runs on
-// (a loaded 2-core machine runs a woken goroutine late by tens of
-// milliseconds), rather than assumed from an idle one.
+// and while the test runs, rather than assumed from an idle one.
 package canary
 
 import (
