@@ -302,3 +302,35 @@ func TestConstructorsOnStalledRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyPrefixIsTheDefault: WithPrefix("") keeps a rate limiter's keys
+// under DefaultPrefix, so a limiter of another limit there is refused.
+func TestEmptyPrefixIsTheDefault(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	first, err := remote.NewTokenBucket(rdb, tierlimit.PerSecond(10), remote.WithPrefix(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		new  func() (closer, error)
+	}{
+		{"remote.NewTokenBucket", func() (closer, error) {
+			l, err := remote.NewTokenBucket(rdb, tierlimit.PerSecond(100))
+			return noClose{l}, err
+		}},
+		{"hybrid.New", func() (closer, error) { return hybrid.New(rdb, tierlimit.PerSecond(100)) }},
+		{"hybrid.New with WithPrefix(\"\")", func() (closer, error) {
+			return hybrid.New(rdb, tierlimit.PerSecond(100), hybrid.WithPrefix(""))
+		}},
+	} {
+		l, err := c.new()
+		if err == nil {
+			l.Close()
+		}
+		if !errors.Is(err, tierlimit.ErrMisconfigured) {
+			t.Errorf("%s of 100/s beside a token bucket of 10/s under WithPrefix(\"\") = %v, want an error wrapping ErrMisconfigured", c.name, err)
+		}
+	}
+	runtime.KeepAlive(first)
+}

@@ -26,7 +26,11 @@ var holds sync.Map // *limiter -> *place.Hold
 // of the same limits on one prefix share buckets on purpose
 // (docs/operations.md).
 func register(l *limiter) error {
-	h, err := place.Take(l, "hybrid.New", l.rdb, l.cfg.prefix, store.TokenBucket.Name(), limitsOf(l))
+	prefix := l.cfg.prefix
+	if prefix == "" { // the bucket's keys then begin with the default
+		prefix = store.DefaultPrefix
+	}
+	h, err := place.Take(l, "hybrid.New", l.rdb, prefix, store.TokenBucket.Name(), limitsOf(l))
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}

@@ -47,7 +47,11 @@ func newLimiter(by string, rdb redis.UniversalClient, alg *store.Algorithm, limi
 	}
 	l := &limiter{s: s, honours: detach.Honours(rdb)}
 	_, l.cluster = rdb.(*redis.ClusterClient)
-	if _, err := place.Take(l, by, rdb, cfg.Prefix, alg.Name(), place.Limits(limit, cfg.Extra)); err != nil {
+	prefix := cfg.Prefix
+	if prefix == "" { // store's keys then begin with the default
+		prefix = DefaultPrefix
+	}
+	if _, err := place.Take(l, by, rdb, prefix, alg.Name(), place.Limits(limit, cfg.Extra)); err != nil {
 		return nil, named(err)
 	}
 	return l, nil
