@@ -10,8 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/internal/outage"
 	"github.com/tierlimit/tierlimit/internal/permit"
+	"github.com/tierlimit/tierlimit/internal/place"
 	"github.com/tierlimit/tierlimit/internal/pulse"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
@@ -76,6 +78,9 @@ type Concurrency struct {
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// hold is the limiter's place among the limiters of this process
+	// (internal/place), given up by Close.
+	hold *place.Hold
 }
 
 // concKey is one key's permits in this instance.
@@ -187,12 +192,19 @@ func durationOption(name string, d, lo, hi time.Duration, field func(*concConfig
 
 // NewConcurrency returns a limiter of n permits per key (1 to
 // tierlimit.MaxPermits: an error wrapping tierlimit.ErrInvalidLimit
-// otherwise) leased from rdb; a nil rdb or a bad option is an error
-// wrapping tierlimit.ErrInvalidOption. It starts the goroutine that
-// renews blocks, gives back unused permits and beats in the fleet, which
-// Close stops. It does not wait for Redis.
+// otherwise) leased from rdb; a nil rdb (a typed nil *redis.Client or
+// *redis.ClusterClient too) or a bad option is an error wrapping
+// tierlimit.ErrInvalidOption. It refuses, with an error wrapping
+// tierlimit.ErrMisconfigured, a client that does not fit its server (a
+// plain client on a Cluster node, a Cluster client on a standalone
+// server), and a prefix where a live limiter of this process, of any
+// tier, keeps another number of permits per key. It asks the server once,
+// as New does, waiting at most store's NewTimeout (250 ms): a Redis that
+// does not answer by then is logged, not an error. It starts the
+// goroutine that renews blocks, gives back unused permits and beats in
+// the fleet, which Close stops.
 func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
-	if err := permit.CheckRedis(n, rdb == nil); err != nil {
+	if err := permit.CheckRedis(n, evict.NilClient(rdb)); err != nil {
 		return nil, check.Named("hybrid", err)
 	}
 	c := &Concurrency{rdb: rdb, n: n, id: instanceID(), keys: make(map[string]*concKey), done: make(chan struct{}),
@@ -201,6 +213,14 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	if err := permit.Apply(opts, func(o ConcurrencyOption) error { return o.applyConcurrency(c) }); err != nil {
 		return nil, check.Named("hybrid", err)
 	}
+	if err := place.Client(rdb, store.NewTimeout, nil); err != nil {
+		return nil, check.Named("hybrid", err)
+	}
+	hold, err := place.Take(c, "hybrid.NewConcurrency", rdb, c.cfg.prefix, place.PermitFamily, place.Permits(n))
+	if err != nil {
+		return nil, check.Named("hybrid", err)
+	}
+	c.hold = hold
 	c.guard = outage.New(c.cfg.budget, c.cfg.threshold, c.cfg.probe)
 	pulse.Start() // the guard's silences less the process's own stalls; Close stops it
 	c.fleetKey = store.PermitFleetKey(c.cfg.prefix, n)
@@ -290,6 +310,7 @@ func (c *Concurrency) Close() error {
 	c.isClosed.Store(true)
 	close(c.done)
 	c.mu.Unlock()
+	c.hold.Drop()
 	c.wg.Wait()
 	defer pulse.Stop()
 	if c.guard.Down() {

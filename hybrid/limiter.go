@@ -132,8 +132,10 @@ type limiter struct {
 // tierlimit.ErrMisconfigured if Redis refuses the limiter's commands (see
 // tierlimit.Misconfigured: a password, an ACL permission, a renamed
 // command, a replica, a full server under noeviction, a client of the
-// wrong kind for the server), or if a live Limiter of this process keeps
-// other limits under the same prefix on the same server: the two would
+// wrong kind for the server), or if a live limiter of this process keeps
+// another limit at a position both use (the default, then WithLimits' in
+// order) under the same prefix on the same server, be it a Limiter or a
+// remote.TokenBucket (whose buckets a Limiter leases from): the two would
 // share buckets (WithPrefix separates them). Redis down or slow
 // is not an error: the limiter starts in degraded mode and heals by itself.
 func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Limiter, error) {

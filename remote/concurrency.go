@@ -13,7 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/detach"
+	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/internal/permit"
+	"github.com/tierlimit/tierlimit/internal/place"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -28,9 +31,8 @@ const (
 	MaxPermitTTL = time.Hour
 )
 
-// releaseTimeout bounds Release's call to Redis, for clients that honour
-// context deadlines (go-redis's ContextTimeoutEnabled); others wait up to
-// their ReadTimeout.
+// releaseTimeout bounds how long Release waits for Redis (or the TTL if
+// shorter), whatever the client's timeouts: the call goes on after that.
 const releaseTimeout = time.Second
 
 // Concurrency limits how many requests per key are in flight at once
@@ -44,6 +46,13 @@ const releaseTimeout = time.Second
 // does not see for a TTL (a crashed process, a long outage) expires and
 // is free for others: its Release then does nothing. TryAcquire and
 // Release make one round trip each.
+//
+// TryAcquire and Acquire return by their context's end whatever the
+// client's timeouts (go-redis's default client waits for a stalled Redis
+// up to its ReadTimeout): the call to Redis goes on on a goroutine of its
+// own, and a permit it is granted after its caller has gone is given back
+// (or, if the client lost Redis's reply, expires within the TTL).
+// Release waits for Redis at most a second, Close not at all.
 //
 // A Concurrency is safe for concurrent use. It must not be copied.
 type Concurrency struct {
@@ -66,6 +75,12 @@ type Concurrency struct {
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// hold is the limiter's place among the limiters of this process
+	// (internal/place), given up by Close.
+	hold *place.Hold
+	// honours: the client ends a call at its context's deadline itself
+	// (detach.Honours), so a call with a deadline needs no goroutine.
+	honours bool
 }
 
 // held is a permit out: its key and its holder id in Redis.
@@ -133,11 +148,18 @@ func WithPermitPrefix(prefix string) ConcurrencyOption {
 
 // NewConcurrency returns a limiter of n permits per key (1 to
 // tierlimit.MaxPermits: an error wrapping tierlimit.ErrInvalidLimit
-// otherwise) kept in rdb; a nil rdb or a bad option is an error wrapping
-// tierlimit.ErrInvalidOption. It starts the renewal goroutine, which Close
-// stops. It does not call Redis.
+// otherwise) kept in rdb; a nil rdb (a typed nil *redis.Client or
+// *redis.ClusterClient too) or a bad option is an error wrapping
+// tierlimit.ErrInvalidOption. It refuses, with an error wrapping
+// tierlimit.ErrMisconfigured, a client that does not fit its server (a
+// plain client on a Cluster node, a Cluster client on a standalone
+// server), and a prefix where a live limiter of this process, of any
+// tier, keeps another number of permits per key. It asks the server once,
+// as the rate limiters' constructors do, waiting at most NewTimeout: a
+// Redis that does not answer by then is logged, not an error. It starts
+// the renewal goroutine, which Close stops.
 func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOption) (*Concurrency, error) {
-	if err := permit.CheckRedis(n, rdb == nil); err != nil {
+	if err := permit.CheckRedis(n, evict.NilClient(rdb)); err != nil {
 		return nil, check.Named("remote", err)
 	}
 	c := &Concurrency{rdb: rdb, n: n, prefix: DefaultPrefix, ttl: DefaultPermitTTL,
@@ -145,6 +167,15 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	if err := permit.Apply(opts, func(o ConcurrencyOption) error { return o.applyConcurrency(c) }); err != nil {
 		return nil, check.Named("remote", err)
 	}
+	if err := place.Client(rdb, NewTimeout, nil); err != nil {
+		return nil, check.Named("remote", err)
+	}
+	hold, err := place.Take(c, "remote.NewConcurrency", rdb, c.prefix, place.PermitFamily, place.Permits(n))
+	if err != nil {
+		return nil, check.Named("remote", err)
+	}
+	c.hold = hold
+	c.honours = detach.Honours(rdb)
 	var b [8]byte
 	_, _ = crand.Read(b[:])
 	c.id = hex.EncodeToString(b[:])
@@ -157,9 +188,10 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 // not part of Concurrency's API.
 type permits Concurrency
 
-// ReleasePermit gives permit (id, gen) back to Redis in one call (bounded
-// by a second, or the TTL if shorter, when the client honours context
-// deadlines), then wakes the key's longest waiter in this process. If that
+// ReleasePermit gives permit (id, gen) back to Redis in one call, then
+// wakes the key's longest waiter in this process. It waits for Redis at
+// most a second (or the TTL if shorter), whatever the client's timeouts:
+// the call goes on after that, and wakes the waiter when it lands. If that
 // call fails, the permit expires within its TTL, no longer renewed. A
 // generation not the record's (released already) does nothing.
 func (r *permits) ReleasePermit(id, gen uint64) {
@@ -211,7 +243,9 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 
 // Close stops renewing permits and makes every later call, and every
 // Acquire waiting, return tierlimit.ErrClosed. Permits held stay valid
-// until their TTL and may be released. It is idempotent and returns nil.
+// until their TTL and may be released. It does not wait for Redis: a
+// renewal in flight goes on until the client gives it up. It is
+// idempotent and returns nil.
 func (c *Concurrency) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -221,6 +255,7 @@ func (c *Concurrency) Close() error {
 	c.closed = true
 	close(c.done)
 	c.mu.Unlock()
+	c.hold.Drop()
 	c.wg.Wait()
 	return nil
 }
@@ -240,11 +275,22 @@ func (c *Concurrency) isClosed() bool {
 	return c.closed
 }
 
-// try asks Redis for one permit of key: ok false if none is free.
+// try asks Redis for one permit of key: ok false if none is free. It
+// returns by ctx's end (detach.CallOrphan): a permit Redis grants once the
+// caller has gone is given back, as is one whose reply was lost (giving
+// back a permit never granted does nothing).
 func (c *Concurrency) try(ctx context.Context, key string, n int64) (p tierlimit.Permit, ok bool, err error) {
 	keys := store.PermitKeys(c.prefix, key)
 	holder := c.id + ":" + strconv.FormatUint(c.seq.Add(1), 36)
-	got, _, err := store.SetPermits(ctx, c.rdb, keys, holder, 1, n, c.ttl, false)
+	got, err := detach.CallOrphan(c.honours, ctx, func(ctx context.Context) (int64, error) {
+		got, _, err := store.SetPermits(ctx, c.rdb, keys, holder, 1, n, c.ttl, false)
+		return got, err
+	}, func(got int64, err error) {
+		if err != nil || got > 0 {
+			// Granted, or perhaps granted: a lost reply tells nothing.
+			c.giveBack(key, holder)
+		}
+	})
 	if err != nil {
 		return p, false, c.redisErr(err)
 	}
@@ -292,9 +338,21 @@ func (c *Concurrency) release(p held) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.ttl, releaseTimeout))
 	defer cancel()
-	// A failure leaves the permit to its TTL: nobody renews it now.
-	_, _, _ = store.SetPermits(ctx, c.rdb, store.PermitKeys(c.prefix, p.key), p.holder, 0, 1, c.ttl, false)
-	c.queue.Wake(p.key)
+	_, _ = detach.Call(c.honours, ctx, func(context.Context) (struct{}, error) {
+		c.giveBack(p.key, p.holder)
+		return struct{}{}, nil
+	})
+}
+
+// giveBack gives holder's permit of key back to Redis, waiting for it at
+// most releaseTimeout when the client honours deadlines, then wakes the
+// key's longest waiter in this process. A failure leaves the permit to its
+// TTL: nobody renews it now.
+func (c *Concurrency) giveBack(key, holder string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.ttl, releaseTimeout))
+	defer cancel()
+	_, _, _ = store.SetPermits(ctx, c.rdb, store.PermitKeys(c.prefix, key), holder, 0, 1, c.ttl, false)
+	c.queue.Wake(key)
 }
 
 func (h *heldKey) holdersOf() map[string]struct{} {
@@ -337,9 +395,24 @@ func (c *Concurrency) renew() {
 	if len(rs) == 0 {
 		return
 	}
+	// The renewal is waited for a third of the TTL at most, and not once
+	// Close has begun: the call goes on on its own goroutine.
 	ctx, cancel := context.WithTimeout(context.Background(), c.ttl/3)
 	defer cancel()
-	store.RenewPermits(ctx, c.rdb, c.ttl, rs)
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if _, err := detach.Call(false, ctx, // Close cancels ctx: not a deadline
+		func(ctx context.Context) (struct{}, error) {
+			store.RenewPermits(ctx, c.rdb, c.ttl, rs)
+			return struct{}{}, nil
+		}); err != nil {
+		return // the next tick tries again; the TTL leaves two
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, r := range rs {

@@ -35,6 +35,27 @@
 // permit per request, held in Redis with a TTL renewed while held, one
 // round trip to acquire and one to release.
 //
+// Every method returns by its context's end (deadline or cancellation),
+// whatever the client does with the context: go-redis's default client
+// (ContextTimeoutEnabled false) waits for a stalled Redis up to its
+// ReadTimeout, 3 s. While a context can end, the call to Redis runs on a
+// goroutine of its own, which outlives a caller gone at the context's end
+// until the client gives the call up. It runs on the caller's with a
+// context that cannot end (context.Background()), and with a deadline on
+// a client that ends calls at it itself (ContextTimeoutEnabled), where it
+// costs nothing more. The caller gone gets
+// the context's error, which says nothing of Redis's state: a script sent
+// before the context's end runs when Redis reads it, once (go-redis sends
+// a command again only while its context lasts). So an AllowN,
+// AllowAtMost or WaitN whose caller got that error may have charged its
+// cost without admitting anyone: the key admits that much less until it
+// refills (the limit errs toward admitting less, never more); do not give
+// such a charge back with Settle, which would give back one perhaps never
+// made. A Settle or Reset may or may not have been applied. AllowAll on a
+// Cluster runs on to its end (give-backs included) whatever its context,
+// so a refused call still charges no key (go-redis may then send a script
+// again after a timeout of its own); elsewhere it is one script.
+//
 // The limiters are safe for concurrent use. Their errors are bad input
 // (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost, and
 // tierlimit.ErrInvalidLimit for a bad WithLimitFunc answer),

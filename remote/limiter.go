@@ -2,11 +2,15 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	"github.com/tierlimit/tierlimit/internal/detach"
+	"github.com/tierlimit/tierlimit/internal/place"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/wait"
 )
@@ -17,10 +21,18 @@ import (
 type limiter struct {
 	s     *store.Limiter
 	lines wait.Lines
+	// cluster: an AllowAll may charge several slots, and give back what
+	// a later one refuses, so it runs to its end whatever its context.
+	cluster bool
+	// honours: the client ends a call at its context's deadline itself
+	// (detach.Honours), so a call with a deadline needs no goroutine.
+	honours bool
 }
 
-func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit.Limit, opts []Option) (*limiter, error) {
-	var cfg store.Config
+// newLimiter makes the limiter of alg for constructor by (its name, for
+// the errors of two limiters on one prefix).
+func newLimiter(by string, rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit.Limit, opts []Option) (*limiter, error) {
+	cfg := store.Config{Prefix: DefaultPrefix}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("remote: %w: nil option", tierlimit.ErrInvalidOption)
@@ -33,11 +45,35 @@ func newLimiter(rdb redis.UniversalClient, alg *store.Algorithm, limit tierlimit
 	if err != nil {
 		return nil, named(err)
 	}
-	return &limiter{s: s}, nil
+	l := &limiter{s: s, honours: detach.Honours(rdb)}
+	_, l.cluster = rdb.(*redis.ClusterClient)
+	prefix := cfg.Prefix
+	if prefix == "" { // store's keys then begin with the default
+		prefix = DefaultPrefix
+	}
+	if _, err := place.Take(l, by, rdb, prefix, alg.Name(), place.Limits(limit, cfg.Extra)); err != nil {
+		return nil, named(err)
+	}
+	return l, nil
 }
 
 // named returns err as remote's callers see it (check.Named).
 func named(err error) error { return check.Named("remote", err) }
+
+// keyed returns err as remote's callers of key see it: named, and a cost
+// refused for a key that its error does not name says which key, in the
+// words hybrid uses (`invalid cost: key "k": n 100 must be between 0 and
+// 10`).
+func keyed(key string, err error) error {
+	if err == nil || !errors.Is(err, tierlimit.ErrInvalidCost) || strings.Contains(err.Error(), `key "`) {
+		return named(err)
+	}
+	detail, ok := strings.CutPrefix(err.Error(), tierlimit.ErrInvalidCost.Error()+": ")
+	if !ok {
+		return named(err)
+	}
+	return named(fmt.Errorf("%w: key %q: %s", tierlimit.ErrInvalidCost, key, detail))
+}
 
 // AllowN reports whether n events may happen now for key, and charges them
 // if so. n == 0 peeks: it charges nothing and is allowed, with Remaining
@@ -45,9 +81,9 @@ func named(err error) error { return check.Named("remote", err) }
 // where it is denied with the wait until the debt is repaid. A key WithLimitFunc's function blocks
 // (tierlimit.Blocked) is denied, peeks too, without a call to Redis.
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
-	res, err := l.s.AllowN(ctx, key, n)
+	res, err := detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
 	if err != nil {
-		return res, named(err)
+		return res, keyed(key, err)
 	}
 	return res, nil
 }
@@ -80,7 +116,12 @@ func (l *limiter) Allow(ctx context.Context, key string) (tierlimit.Result, erro
 // Redis fails while giving back, the error says which keys were left
 // charged and by how much.
 func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierlimit.Result, error) {
-	res, err := l.s.AllowAll(ctx, takes...)
+	f := func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowAll(ctx, takes...) }
+	if l.cluster {
+		res, err := detach.Run(ctx, f)
+		return res, named(err)
+	}
+	res, err := detach.Call(l.honours, ctx, f)
 	return res, named(err)
 }
 
@@ -95,9 +136,11 @@ func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 // AllowN's errors (bad input is reported before any wait).
 func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := l.s.Check(key, n); err != nil {
-		return tierlimit.Result{}, named(err)
+		return tierlimit.Result{}, keyed(key, err)
 	}
-	res, err := l.lines.N(ctx, key, func() (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
+	res, err := l.lines.N(ctx, key, func() (tierlimit.Result, error) {
+		return detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
+	})
 	return res, named(err)
 }
 
@@ -116,8 +159,8 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // for a key WithLimitFunc's function blocks, Settle changes nothing and
 // returns the blocked Result (not Allowed, Limit tierlimit.Blocked).
 func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
-	res, err := l.s.Settle(ctx, key, charged, used)
-	return res, named(err)
+	res, err := detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.Settle(ctx, key, charged, used) })
+	return res, keyed(key, err)
 }
 
 // AllowAtMost takes between 1 and n tokens for key, as many as it holds
@@ -134,8 +177,15 @@ func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (
 // Result, without a call. WithObserver sees a Decision of N = granted, or
 // n when denied.
 func (l *limiter) AllowAtMost(ctx context.Context, key string, n int64) (int64, tierlimit.Result, error) {
-	granted, res, err := l.s.AllowAtMost(ctx, key, n)
-	return granted, res, named(err)
+	type took struct {
+		granted int64
+		res     tierlimit.Result
+	}
+	t, err := detach.Call(l.honours, ctx, func(ctx context.Context) (took, error) {
+		granted, res, err := l.s.AllowAtMost(ctx, key, n)
+		return took{granted, res}, err
+	})
+	return t.granted, t.res, named(err)
 }
 
 // LimitFor returns the limit key is decided under: WithLimitFunc's answer
@@ -150,7 +200,10 @@ func (l *limiter) LimitFor(key string) (tierlimit.Limit, error) {
 }
 
 // Reset forgets key's state under every limit: the key is back to full capacity.
-func (l *limiter) Reset(ctx context.Context, key string) error { return named(l.s.Reset(ctx, key)) }
+func (l *limiter) Reset(ctx context.Context, key string) error {
+	_, err := detach.Call(l.honours, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.s.Reset(ctx, key) })
+	return named(err)
+}
 
 // Eviction returns what the Redis server said about evicting keys when last
 // read: at New (within NewTimeout), then about once a minute while the

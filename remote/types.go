@@ -19,7 +19,7 @@ type TokenBucket struct{ *limiter }
 // NewTokenBucket returns a TokenBucket enforcing limit (and any
 // WithLimits). Errors are as for NewGCRA.
 func NewTokenBucket(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*TokenBucket, error) {
-	l, err := newLimiter(rdb, store.TokenBucket, limit, opts)
+	l, err := newLimiter("remote.NewTokenBucket", rdb, store.TokenBucket, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,15 @@ type GCRA struct{ *limiter }
 // NewGCRA returns a GCRA limiter enforcing limit (and any WithLimits).
 // It returns an error wrapping tierlimit.ErrInvalidLimit for a bad limit and
 // tierlimit.ErrInvalidOption for a nil client (a typed nil *redis.Client or
-// *redis.ClusterClient too) or a bad option.
+// *redis.ClusterClient too) or a bad option. It returns an error wrapping
+// tierlimit.ErrMisconfigured for a client that does not fit its server (a
+// plain client on a Cluster node, a Cluster client on a standalone
+// server), and when a live limiter of this process, of any tier, keeps
+// the same keys (the same algorithm, hybrid.New being a token bucket,
+// under the same prefix on the same server) under another limit at a
+// position both use (the constructor's limit, then WithLimits' in order):
+// each would rewrite the other's state under its own limit. A limiter the
+// program dropped gives its place up (docs/operations.md).
 //
 // Every constructor of the package makes one call to Redis, a reading of
 // its eviction settings (Eviction), and waits for it at most NewTimeout,
@@ -49,7 +57,7 @@ type GCRA struct{ *limiter }
 // answer by then is not an error: it is logged (log/slog) in plain words,
 // and the limiter's calls return Redis's errors until it answers.
 func NewGCRA(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*GCRA, error) {
-	l, err := newLimiter(rdb, store.GCRA, limit, opts)
+	l, err := newLimiter("remote.NewGCRA", rdb, store.GCRA, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +78,7 @@ type FixedWindow struct{ *limiter }
 // NewFixedWindow returns a FixedWindow limiter enforcing limit (and any
 // WithLimits). Errors are as for NewGCRA.
 func NewFixedWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*FixedWindow, error) {
-	l, err := newLimiter(rdb, store.FixedWindow, limit, opts)
+	l, err := newLimiter("remote.NewFixedWindow", rdb, store.FixedWindow, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +99,7 @@ type AnchoredWindow struct{ *limiter }
 // NewAnchoredWindow returns an AnchoredWindow limiter enforcing limit (and
 // any WithLimits). Errors are as for NewGCRA.
 func NewAnchoredWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*AnchoredWindow, error) {
-	l, err := newLimiter(rdb, store.AnchoredWindow, limit, opts)
+	l, err := newLimiter("remote.NewAnchoredWindow", rdb, store.AnchoredWindow, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +121,7 @@ type SlidingLog struct{ *limiter }
 // NewSlidingLog returns a SlidingLog limiter enforcing limit (and any
 // WithLimits). Errors are as for NewGCRA.
 func NewSlidingLog(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*SlidingLog, error) {
-	l, err := newLimiter(rdb, store.SlidingLog, limit, opts)
+	l, err := newLimiter("remote.NewSlidingLog", rdb, store.SlidingLog, limit, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +143,7 @@ type SlidingWindow struct{ *limiter }
 // NewSlidingWindow returns a SlidingWindow limiter enforcing limit (and any
 // WithLimits). Errors are as for NewGCRA.
 func NewSlidingWindow(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*SlidingWindow, error) {
-	l, err := newLimiter(rdb, store.SlidingWindow, limit, opts)
+	l, err := newLimiter("remote.NewSlidingWindow", rdb, store.SlidingWindow, limit, opts)
 	if err != nil {
 		return nil, err
 	}

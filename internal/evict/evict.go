@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/logline"
 )
 
@@ -49,10 +50,19 @@ var errNilClient = errors.New("evict: nil redis client")
 // (NilClient): then nothing is known; or when the client's kind does not
 // fit the server (a plain client on a Cluster node, a Cluster client on a
 // standalone server): then it wraps tierlimit.ErrMisconfigured.
+//
+// Read returns by ctx's end, whatever the client's timeouts: a client that
+// ignores the deadline (go-redis's default) goes on reading on a goroutine
+// of its own, which ends when the client gives up.
 func Read(ctx context.Context, rdb redis.UniversalClient) (tierlimit.EvictionRisk, error) {
 	if NilClient(rdb) {
 		return tierlimit.EvictionRisk{}, errNilClient
 	}
+	return detach.Call(detach.Honours(rdb), ctx, func(ctx context.Context) (tierlimit.EvictionRisk, error) { return read(ctx, rdb) })
+}
+
+// read is Read, as long as the client takes.
+func read(ctx context.Context, rdb redis.UniversalClient) (tierlimit.EvictionRisk, error) {
 	var (
 		mu       sync.Mutex
 		readings []tierlimit.EvictionRisk
