@@ -253,11 +253,10 @@ func settled(base int, within time.Duration) int {
 }
 
 // TestConstructorsOnStalledRedis: with go-redis's default client (which
-// ignores context deadlines, ReadTimeout 3 s), every constructor but
-// hybrid.New returns a limiter within newBound while Redis is stalled, by
-// CLIENT PAUSE ALL or SIGSTOP, and the goroutines that waited for Redis
-// end once the stall ends. hybrid.New also sends its first heartbeat,
-// which waits for the client's own timeout: its bound is its own.
+// ignores context deadlines, ReadTimeout 3 s), every constructor returns a
+// limiter within newBound while Redis is stalled, by CLIENT PAUSE ALL or
+// SIGSTOP, and the goroutines that waited for Redis end once the stall
+// ends.
 func TestConstructorsOnStalledRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stalls Redis")
@@ -273,9 +272,6 @@ func TestConstructorsOnStalledRedis(t *testing.T) {
 			defer c.Stop()
 			base := runtime.NumGoroutine()
 			for i, ctor := range redisConstructors {
-				if ctor.name == "hybrid.New" {
-					continue
-				}
 				end := f.begin(t, s, 2*newBound)
 				c.Reset()
 				start := time.Now()

@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// detach runs f on a goroutine of its own and waits for it until wait has
+// within runs f on a goroutine of its own and waits for it until wait has
 // passed or ctx has ended; it reports whether f finished. f goes on after
 // that and lands what it does for later callers: with a client that does
 // not honour context deadlines, a call to a stalled Redis lasts the
 // client's ReadTimeout (3 s by default), and a key lock may be held that
 // long by a claim in flight, neither of which a caller should wait.
-func detach(ctx context.Context, wait time.Duration, f func()) bool {
+func within(ctx context.Context, wait time.Duration, f func()) bool {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -31,12 +31,12 @@ func detach(ctx context.Context, wait time.Duration, f func()) bool {
 	return false
 }
 
-// detachKey is detach for work on the key of hash h by a caller inside the
+// detachKey is within for work on the key of hash h by a caller inside the
 // table's gate: the work stays counted inside it, so that Close waits for
 // it as for a call in flight, and closes ristretto only after it.
 func (l *limiter) detachKey(ctx context.Context, h uint64, wait time.Duration, f func()) bool {
 	l.keys.gate.Join(h)
-	return detach(ctx, wait, func() {
+	return within(ctx, wait, func() {
 		defer l.keys.exit(h)
 		f()
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -89,8 +90,14 @@ func (l *limiter) beat(leave bool, wait time.Duration) error {
 	ev, err := send("heartbeat", l.cfg.callBudget, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
+		// Bounded by wait whatever the client's timeouts (go-redis's
+		// default client waits for a stalled server its ReadTimeout):
+		// New and Close wait for a beat.
 		var err error
-		n, _, err = store.Heartbeat(ctx, l.rdb, l.fleet, l.id, 3*l.cfg.heartbeat, leave)
+		n, err = detach.Call(l.inline, ctx, func(ctx context.Context) (int64, error) {
+			n, _, err := store.Heartbeat(ctx, l.rdb, l.fleet, l.id, 3*l.cfg.heartbeat, leave)
+			return n, err
+		})
 		return err
 	})
 	if err == errUnavailable {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/perlimit"
 	"github.com/tierlimit/tierlimit/internal/store"
@@ -220,7 +221,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		// within the first claim's budget. Redis answered the beat: this
 		// takes a round trip; a failure is the first claim's to see.
 		ctx, cancel := context.WithTimeout(context.Background(), max(cfg.callBudget, store.NewTimeout))
-		_ = l.bucket.Load(ctx)
+		_, _ = detach.Call(l.inline, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.bucket.Load(ctx) })
 		cancel()
 	}
 	l.wg.Add(2 + refillers)

@@ -127,7 +127,7 @@ func (l *limiter) refundLast(refunds []store.Refund) error {
 	for _, r := range refunds {
 		outstanding += r.N + r.Spent
 	}
-	detach(context.Background(), closeRefund, func() {
+	within(context.Background(), closeRefund, func() {
 		s, f, e := l.sendRefunds(refunds, true)
 		mu.Lock()
 		defer mu.Unlock()
