@@ -141,12 +141,12 @@ func TestBlockEndClaimedInBackground(t *testing.T) {
 	if until == 0 || lead <= 0 {
 		t.Fatalf("blocked until %d, preclaim %v: want both set", until, time.Duration(lead))
 	}
-	// A tenth of the block before its end: more than a round trip to
-	// miniredis, within an eighth of the block.
-	ahead := (until - ent.lastClaim.Load()) / 10
-	if rto := l.rtt.rto.Load(); rto >= ahead {
-		t.Skipf("a round trip (%v) is as long as a tenth of the block (%v): the test cannot tell them apart", time.Duration(rto), time.Duration(ahead))
-	}
+	// Within the lead before the block's end: the lead is what the
+	// limiter measured of a round trip to miniredis (at least an eighth
+	// of the block, at most half a refill interval), however loaded the
+	// machine; the test's clock steps, so the claim's real time is not
+	// the question.
+	ahead := lead / 2
 	e.step(time.Duration(until - ahead - l.now()))
 	if r, err := l.Allow(e.ctx, "k"); err != nil || r.Allowed || r.Source != tierlimit.SourceBlocked {
 		t.Fatalf("close to the block's end: %+v, %v; want denied in process", r, err)

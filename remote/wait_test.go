@@ -42,18 +42,25 @@ func TestWaitN(t *testing.T) {
 			// A deadline the wait cannot meet: fail at once. A window
 			// that ends within the deadline would admit (a fixed window
 			// ends on the second): drain the next window instead.
-			for range 2 {
+			// A loaded machine may let tokens come back between the drain
+			// and the peek: drain again, a bounded number of times.
+			drained := false
+			for range 5 {
 				if _, err := l.AllowN(ctx, "far", 10); err != nil {
 					t.Fatal(err)
 				}
 				r, _ := l.AllowN(ctx, "far", 0)
-				if r.Remaining != 0 {
-					t.Skipf("the key refilled already (%d left): the machine is too slow", r.Remaining)
+				if r.Remaining > 2 {
+					continue // WaitN(5) below could be met within its deadline
 				}
 				if r.ResetAfter > 300*time.Millisecond {
+					drained = true
 					break
 				}
 				time.Sleep(r.ResetAfter + time.Millisecond)
+			}
+			if !drained {
+				t.Fatal("could not drain the key in 5 tries")
 			}
 			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
