@@ -97,7 +97,7 @@ func ExampleLimiter_LimitFor() {
 	plans := func(key string) tierlimit.Limit {
 		switch key {
 		case "org:7":
-			return tierlimit.PerSecond(1000).WithBurst(5000)
+			return tierlimit.PerDay(100_000).WithBurst(5000) // a token in 0.86 s: none comes back between the calls below
 		case "org:9":
 			return tierlimit.Blocked
 		}
@@ -123,7 +123,7 @@ func ExampleLimiter_LimitFor() {
 		fmt.Println(key, limit, "remaining after settling:", r.Remaining)
 	}
 	// Output:
-	// org:7 1000/1s burst 5000 remaining after settling: 3766
+	// org:7 100000/24h0m0s burst 5000 remaining after settling: 3766
 	// org:8 10/1s remaining after settling: 0
 	// org:9 refused: true <nil>
 }
