@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/hybrid"
 )
 
 // Server is an Envoy rate-limit service (RLS v3,
@@ -418,6 +419,11 @@ func (s *Server) responseHeaders(sts []*rls.RateLimitResponse_DescriptorStatus) 
 		{Key: s.headers.Reset, Value: strconv.FormatInt(int64((reset+time.Second-1)/time.Second), 10)},
 	}
 }
+
+// Stats returns the counters of the hybrid tier's limiter (see
+// hybrid.Stats): decisions by source, Redis calls, the token ledger, the
+// breaker.
+func (s *Server) Stats() hybrid.Stats { return s.tiers.hybrid.Stats() }
 
 // Close gives back the tokens the hybrid tier holds (hybrid's Close) and
 // stops the limiters; later requests get Unavailable. Stop serving first
