@@ -94,7 +94,7 @@ type proc struct {
 	name string
 	addr string // its gRPC address
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *syncBuffer
 	done chan struct{}
 }
 
@@ -140,7 +140,7 @@ func startOurs(t testing.TB, bin, redisAddr, yaml string, extra ...string) *proc
 
 func startProc(t testing.TB, name, bin string, args, env []string, addr string) *proc {
 	t.Helper()
-	p := &proc{name: name, addr: addr, out: new(bytes.Buffer), done: make(chan struct{})}
+	p := &proc{name: name, addr: addr, out: new(syncBuffer), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -208,4 +208,22 @@ func dial(t testing.TB, addr string) rls.RateLimitServiceClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return rls.NewRateLimitServiceClient(conn)
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
