@@ -56,7 +56,7 @@ func TestEndToEnd(t *testing.T) {
 	s := realRedis(t)
 	var replicas []*served
 	for range 3 {
-		replicas = append(replicas, startTCP(t, e2eConfig, newRedisClient(t, s.Addr)))
+		replicas = append(replicas, startTCP(t, e2eConfig, newRedisClient(t, s.Addr), patient))
 	}
 	ctx := testCtx(t)
 	for _, tc := range []struct {
@@ -83,8 +83,9 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-// TestRedisDown kills the redis-server under a replica: every request is
-// still answered, without an error, from hybrid's fallback.
+// TestRedisDown kills the redis-server under a replica with hybrid's
+// default options: every request is still answered, without an error, from
+// hybrid's fallback.
 func TestRedisDown(t *testing.T) {
 	s := realRedis(t)
 	redistest.QuietClientLogs()
@@ -125,7 +126,7 @@ func TestRedisDown(t *testing.T) {
 // to Redis.
 func TestGracefulClose(t *testing.T) {
 	s := realRedis(t)
-	srv := startTCP(t, e2eConfig, newRedisClient(t, s.Addr))
+	srv := startTCP(t, e2eConfig, newRedisClient(t, s.Addr), patient)
 	ctx := testCtx(t)
 	for range 50 {
 		if _, err := srv.client.ShouldRateLimit(ctx, request("edge", desc("api", "k"))); err != nil {

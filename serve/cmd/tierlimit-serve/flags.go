@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/tierlimit/tierlimit/hybrid"
 )
 
 // flags are the command's settings.
@@ -21,6 +23,7 @@ type flags struct {
 	remainHeader   string
 	resetHeader    string
 	logFormat      string
+	callBudget     time.Duration
 
 	redisURL      string
 	redisAddrs    string
@@ -50,6 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.remainHeader, "remaining-header", "RateLimit-Remaining", "the name of the remaining header")
 	fs.StringVar(&f.resetHeader, "reset-header", "RateLimit-Reset", "the name of the reset header (seconds)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.DurationVar(&f.callBudget, "call-budget", hybrid.DefaultCallBudget, "the longest a decision waits on Redis before the hybrid tier decides without it (hybrid.WithCallBudget, 1ms to 10s)")
 	fs.StringVar(&f.redisURL, "redis-url", "", "a standalone Redis: redis://[user:password@]host:port/db (rediss:// for TLS)")
 	fs.StringVar(&f.redisAddrs, "redis-addrs", "", "comma-separated host:port of Redis: one server, the Sentinels (with -redis-master), or Cluster nodes (with -redis-mode cluster)")
 	fs.StringVar(&f.redisMode, "redis-mode", "", "single, sentinel or cluster (default: sentinel with -redis-master, else single)")

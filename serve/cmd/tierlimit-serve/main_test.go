@@ -37,7 +37,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestRun runs the command on the embedded Redis: it answers RLS calls,
+// TestRun runs the command on the embedded Redis, with a call budget long
+// enough that a loaded machine does not turn a claim into a denial (see
+// serve's tests): it answers RLS calls,
 // health checks and scrapes, reloads on SIGHUP (keeping its config when the
 // new file is bad), and stops cleanly when its context ends.
 func TestRun(t *testing.T) {
@@ -58,7 +60,7 @@ func TestRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(runCtx, []string{"-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0",
-			"-reload-interval", "0", "-response-headers"}, &logs, hup,
+			"-reload-interval", "0", "-response-headers", "-call-budget", "5s"}, &logs, hup,
 			func(g, h string) { addrs <- [2]string{g, h} })
 	}()
 	var grpcAddr, httpAddr string

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/serve"
 )
 
@@ -51,7 +52,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opts := []serve.Option{serve.WithLogger(log), serve.WithRegisterer(reg)}
+	opts := []serve.Option{serve.WithLogger(log), serve.WithRegisterer(reg),
+		serve.WithHybridOptions(hybrid.WithCallBudget(f.callBudget))}
 	if f.shadow {
 		opts = append(opts, serve.WithShadowMode())
 	}
