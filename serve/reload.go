@@ -68,8 +68,9 @@ type Reloader struct {
 	s    *Server
 	path string
 
-	mu   sync.Mutex
-	last []File // the files of the config in effect, or of the last one refused
+	mu      sync.Mutex
+	last    []File // the files of the config in effect, or of the last one refused
+	lastErr string // why the last reload failed, "" after a success
 }
 
 // NewReloader returns a Reloader of s's config from path. It assumes s
@@ -86,8 +87,8 @@ var ErrUnchanged = errors.New("serve: config files unchanged")
 
 // Reload applies the config at the Reloader's path if its files changed
 // since the last call. It returns ErrUnchanged, nil when the new config is
-// in effect, or the reason it was refused (also logged, once per change of
-// the files).
+// in effect, or the reason it was refused (also logged and counted once,
+// until the reason changes).
 func (r *Reloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -103,10 +104,14 @@ func (r *Reloader) Reload() error {
 		}
 	}
 	if err != nil {
-		r.s.metrics.configLoaded(false)
-		r.s.log.Error("serve: config reload failed; the previous config stays in effect", "path", r.path, "err", err)
+		if msg := err.Error(); msg != r.lastErr {
+			r.lastErr = msg
+			r.s.metrics.configLoaded(false)
+			r.s.log.Error("serve: config reload failed; the previous config stays in effect", "path", r.path, "err", err)
+		}
 		return err
 	}
+	r.lastErr = ""
 	r.s.log.Info("serve: config reloaded", "path", r.path, "domains", r.s.Config().Domains())
 	return nil
 }

@@ -89,9 +89,16 @@ func TestReload(t *testing.T) {
 		t.Errorf("load errors = %v, want 1", got)
 	}
 
-	// A missing path is refused too.
-	if err := NewReloader(s, filepath.Join(dir, "gone")).Reload(); err == nil {
-		t.Error("Reload of a missing path = nil, want an error")
+	// A missing path is refused too, and logged once however often it is
+	// tried.
+	gone := NewReloader(s, filepath.Join(dir, "gone"))
+	for range 3 {
+		if err := gone.Reload(); err == nil || errors.Is(err, ErrUnchanged) {
+			t.Errorf("Reload of a missing path = %v, want the file system's error", err)
+		}
+	}
+	if n := strings.Count(logs.String(), "config reload failed"); n != 2 {
+		t.Errorf("%d failures logged, want 2 (the bad file, the missing path once)", n)
 	}
 }
 

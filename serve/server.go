@@ -212,7 +212,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rls.RateLimitRequest)
 		if ol := d.GetLimit(); ol != nil && cfg.domains[req.Domain] != nil {
 			if o, ok := overrideOf(ol); ok {
 				overrides[i] = o
-				rules[i] = &Rule{FullKey: fullKey(req.Domain, entries), Unit: o.Unit,
+				rules[i] = &Rule{FullKey: req.Domain + ".limit_override", Unit: o.Unit,
 					RequestsPerUnit: o.RequestsPerUnit, Limit: o.limit(), Algorithm: AlgoTokenBucket, Tier: TierHybrid}
 				continue
 			}
@@ -235,9 +235,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rls.RateLimitRequest)
 	var key []byte
 	for i, d := range descs {
 		r := rules[i]
-		if r != nil && r.Name != "" && replaced[r.Name] {
+		if r != nil && !r.Unlimited && r.Name != "" && replaced[r.Name] {
 			r = nil
 		}
+		entries = entriesOf(d, entries[:0])
 		var st *rls.RateLimitResponse_DescriptorStatus
 		switch {
 		case r == nil:
@@ -245,7 +246,6 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rls.RateLimitRequest)
 		case r.Unlimited:
 			st = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		default:
-			entries = entriesOf(d, entries[:0])
 			key = appendKey(key[:0], req.Domain, entries, overrides[i])
 			var err error
 			st, err = s.decide(ctx, r, string(key), cost(req, d))

@@ -411,3 +411,18 @@ func logBuffer() (*slog.Logger, *bytes.Buffer) {
 	var buf bytes.Buffer
 	return slog.New(slog.NewTextHandler(&buf, nil)), &buf
 }
+
+// TestReplacesKeepsUnlimited checks that an unlimited rule is never
+// replaced, and that its replaces apply, as in envoyproxy/ratelimit.
+func TestReplacesKeepsUnlimited(t *testing.T) {
+	srv := newServer(t, `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unlimited: true, name: free, replaces: [{name: capped}]}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 0, name: capped, replaces: [{name: free}]}
+`, mini(t))
+	runSteps(t, srv.client, []step{{req: request("d", desc("a", "x"), desc("b", "x")), overall: ok,
+		codes: []rls.RateLimitResponse_Code{ok, ok}, remaining: []int64{math.MaxUint32, 0}}})
+}

@@ -26,6 +26,7 @@ var (
 	loadFlag    = flag.Bool("load", false, "run the load comparisons (TestLoad...)")
 	loadDur     = flag.Duration("load.duration", 10*time.Second, "how long each load run lasts")
 	loadClients = flag.Int("load.clients", 200, "concurrent gRPC clients, each on its own connection")
+	loadRounds  = flag.Int("load.rounds", 1, "how many times TestLoadSideBySide runs each server, in turn")
 )
 
 func needLoad(t *testing.T) {
@@ -58,6 +59,13 @@ func (r *result) pct(p float64) time.Duration {
 // addrs in turn, sending next's requests back to back for dur.
 func drive(t *testing.T, addrs []string, clients int, dur time.Duration, next func(*rand.Rand) *rls.RateLimitRequest) *result {
 	t.Helper()
+	return driveWith(t, addrs, clients, dur, next, nil)
+}
+
+// driveWith is drive, calling during (when not nil) in a goroutine of its
+// own as the clients start, and waiting for it to return.
+func driveWith(t *testing.T, addrs []string, clients int, dur time.Duration, next func(*rand.Rand) *rls.RateLimitRequest, during func()) *result {
+	t.Helper()
 	conns := make([]rls.RateLimitServiceClient, clients)
 	for i := range conns {
 		conn, err := grpc.NewClient(addrs[i%len(addrs)], grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -79,6 +87,9 @@ func drive(t *testing.T, addrs []string, clients int, dur time.Duration, next fu
 	start := time.Now()
 	deadline := start.Add(dur)
 	var wg sync.WaitGroup
+	if during != nil {
+		wg.Go(during)
+	}
 	for i := range clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 42))
@@ -190,7 +201,8 @@ func TestLoadSideBySide(t *testing.T) {
 		keys int
 	}{{"10 hot descriptors", 10}, {"10k cold descriptors", 10_000}} {
 		reqs := keys(sc.keys)
-		for _, srv := range []string{"reference", "ours"} {
+		for round := range *loadRounds * 2 {
+			srv := [...]string{"reference", "ours"}[round%2]
 			rs := redisServer(t)
 			var p *proc
 			if srv == "reference" {
@@ -202,8 +214,8 @@ func TestLoadSideBySide(t *testing.T) {
 			r := drive(t, []string{p.addr}, *loadClients, *loadDur, pick(reqs))
 			cmds := commands(t, rs.Addr) - before - 1
 			p.stop()
-			t.Logf("%s, %s: %.0f decisions/s, %.1f Redis commands per 1,000 decisions, p50 %v p99 %v p99.9 %v, %d errors %s",
-				sc.name, srv, r.rate(), float64(cmds)*1000/float64(max(r.decisions, 1)),
+			t.Logf("round %d, %s, %s: %.0f decisions/s, %.1f Redis commands per 1,000 decisions, p50 %v p99 %v p99.9 %v, %d errors %s",
+				round/2+1, sc.name, srv, r.rate(), float64(cmds)*1000/float64(max(r.decisions, 1)),
 				r.pct(.5).Round(time.Microsecond), r.pct(.99).Round(time.Microsecond), r.pct(.999).Round(time.Microsecond),
 				r.errors, r.firstErr)
 		}
@@ -248,13 +260,12 @@ func TestLoadRedisOutage(t *testing.T) {
 	}
 	reqs := keys(10)
 	dur := max(*loadDur, 13*time.Second)
-	go func() {
+	r := driveWith(t, addrs, *loadClients, dur, pick(reqs), func() {
 		time.Sleep(3 * time.Second)
 		rs.Kill()
 		time.Sleep(5 * time.Second)
 		rs.RestartKeeping(t)
-	}()
-	r := drive(t, addrs, *loadClients, dur, pick(reqs))
+	})
 	t.Logf("3 replicas, 10 keys at %d/s each, Redis killed at 3 s and back at 8 s: %d decisions, %d errors %s; admitted per second (10 keys: %d/s allowed) %v; by replica %v",
 		rate, r.decisions, r.errors, r.firstErr, 10*rate, r.perSecond, r.perAddr)
 	if r.errors != 0 {
