@@ -211,12 +211,12 @@ func TestKeyRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		domain  string
 		entries []Entry
-		o       *Override
+		o       *override
 	}{
 		{"d", entries("a", "b"), nil},
 		{"d|x", entries("a=b", "c|d", "!e", "\\", "", ""), nil},
-		{"d", entries("k", "v1", "k2", "v2"), &Override{RequestsPerUnit: 7, Unit: UnitMinute}},
-		{"d", entries("!", "!"), &Override{RequestsPerUnit: 0, Unit: UnitYear}},
+		{"d", entries("k", "v1", "k2", "v2"), &override{RequestsPerUnit: 7, Unit: UnitMinute}},
+		{"d", entries("!", "!"), &override{RequestsPerUnit: 0, Unit: UnitYear}},
 	} {
 		key := string(appendKey(nil, tc.domain, tc.entries, tc.o))
 		d, es, o, ok := parseKey(key)

@@ -62,9 +62,9 @@ func globMatch(parts []string, s string) bool {
 	return true
 }
 
-// Override is a limit a request's descriptor carries in place of the
+// override is a limit a request's descriptor carries in place of the
 // configured one (RateLimitDescriptor.limit).
-type Override struct {
+type override struct {
 	RequestsPerUnit uint32
 	Unit            Unit
 }
@@ -94,7 +94,7 @@ func appendEscaped(b []byte, s string) []byte {
 }
 
 // appendKey appends the limiter key of a descriptor to b.
-func appendKey(b []byte, domain string, entries []Entry, o *Override) []byte {
+func appendKey(b []byte, domain string, entries []Entry, o *override) []byte {
 	b = appendEscaped(b, domain)
 	for _, e := range entries {
 		b = append(b, sepEntry)
@@ -113,7 +113,7 @@ func appendKey(b []byte, domain string, entries []Entry, o *Override) []byte {
 
 // parseKey is appendKey's inverse; ok is false for a string appendKey
 // cannot have made.
-func parseKey(key string) (domain string, entries []Entry, o *Override, ok bool) {
+func parseKey(key string) (domain string, entries []Entry, o *override, ok bool) {
 	fields, ok := splitKey(key)
 	if !ok || len(fields) == 0 || fields[0].text == "" {
 		return "", nil, nil, false
@@ -133,7 +133,7 @@ func parseKey(key string) (domain string, entries []Entry, o *Override, ok bool)
 			if _, known := unitPeriods[Unit(unit)]; !known {
 				return "", nil, nil, false
 			}
-			o = &Override{RequestsPerUnit: uint32(n), Unit: Unit(unit)}
+			o = &override{RequestsPerUnit: uint32(n), Unit: Unit(unit)}
 		case o != nil || !f.hasValue:
 			return "", nil, nil, false
 		default:

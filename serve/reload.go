@@ -2,7 +2,6 @@ package serve
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 )
 
 // LoadConfig reads the config at path: a YAML file, or a directory whose
@@ -114,20 +112,6 @@ func (r *Reloader) Reload() error {
 	r.lastErr = ""
 	r.s.log.Info("serve: config reloaded", "path", r.path, "domains", r.s.Config().Domains())
 	return nil
-}
-
-// Run calls Reload every interval until ctx is done.
-func (r *Reloader) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.Reload()
-		}
-	}
 }
 
 func sameFiles(a, b []File) bool {

@@ -171,7 +171,7 @@ func (s *Server) limitFunc(tier Tier, a Algorithm) tierlimit.LimitFunc {
 	}
 }
 
-func (o *Override) limit() tierlimit.Limit {
+func (o *override) limit() tierlimit.Limit {
 	if o.RequestsPerUnit == 0 {
 		return tierlimit.Blocked
 	}
@@ -204,7 +204,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rls.RateLimitRequest)
 	}
 	cfg := s.Config()
 	rules := make([]*Rule, len(descs))
-	overrides := make([]*Override, len(descs))
+	overrides := make([]*override, len(descs))
 	var replaced map[string]bool
 	var entries []Entry
 	for i, d := range descs {
@@ -352,7 +352,7 @@ func fullKey(domain string, entries []Entry) string {
 	return string(b)
 }
 
-func overrideOf(o *rlcommon.RateLimitDescriptor_RateLimitOverride) (*Override, bool) {
+func overrideOf(o *rlcommon.RateLimitDescriptor_RateLimitOverride) (*override, bool) {
 	var u Unit
 	switch o.GetUnit().String() {
 	case "SECOND":
@@ -372,7 +372,7 @@ func overrideOf(o *rlcommon.RateLimitDescriptor_RateLimitOverride) (*Override, b
 	default:
 		return nil, false
 	}
-	return &Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}, true
+	return &override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}, true
 }
 
 func pbUnit(u Unit) rls.RateLimitResponse_RateLimit_Unit {
