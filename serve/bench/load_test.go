@@ -42,6 +42,7 @@ type result struct {
 	elapsed                     time.Duration
 	lat                         []time.Duration // every call's, sorted
 	perSecond                   []int64         // admitted in each second of the run
+	callsPerSecond              []int64         // calls answered (or failed) in each second
 	perAddr                     [][]int64       // perSecond by the address the clients sent to
 	firstErr                    string
 }
@@ -77,6 +78,7 @@ func driveWith(t *testing.T, addrs []string, clients int, dur time.Duration, nex
 	}
 	seconds := int(dur/time.Second) + 2
 	perSecond := make([]atomic.Int64, seconds)
+	calls := make([]atomic.Int64, seconds)
 	perAddr := make([][]atomic.Int64, len(addrs))
 	for i := range perAddr {
 		perAddr[i] = make([]atomic.Int64, seconds)
@@ -105,6 +107,9 @@ func driveWith(t *testing.T, addrs []string, clients int, dur time.Duration, nex
 				cancel()
 				end := time.Now()
 				lat = append(lat, end.Sub(now))
+				if s := int(end.Sub(start) / time.Second); s < seconds {
+					calls[s].Add(1)
+				}
 				if err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
@@ -133,6 +138,7 @@ func driveWith(t *testing.T, addrs []string, clients int, dur time.Duration, nex
 	slices.Sort(r.lat)
 	for i := range perSecond {
 		r.perSecond = append(r.perSecond, perSecond[i].Load())
+		r.callsPerSecond = append(r.callsPerSecond, calls[i].Load())
 	}
 	for _, pa := range perAddr {
 		var counts []int64
@@ -164,6 +170,44 @@ func commands(t *testing.T, addr string) int64 {
 	}
 	t.Fatal("no total_commands_processed in INFO stats")
 	return 0
+}
+
+// procCPU returns the CPU time the process pid has used (user and system),
+// from /proc; 0 where /proc is missing.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+// redisCPU returns the CPU time the Redis at addr has used.
+func redisCPU(t *testing.T, addr string) time.Duration {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += x
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // loadConfig limits each client address to rate per second (burst = rate
@@ -211,11 +255,15 @@ func TestLoadSideBySide(t *testing.T) {
 				p = startOurs(t, oursBin, rs.Addr, loadConfig(rate))
 			}
 			before := commands(t, rs.Addr)
+			cpu0, rcpu0 := procCPU(p.cmd.Process.Pid), redisCPU(t, rs.Addr)
 			r := drive(t, []string{p.addr}, *loadClients, *loadDur, pick(reqs))
-			cmds := commands(t, rs.Addr) - before - 1
+			cpu, rcpu := procCPU(p.cmd.Process.Pid)-cpu0, redisCPU(t, rs.Addr)-rcpu0
+			cmds := commands(t, rs.Addr) - before - 3
 			p.stop()
-			t.Logf("round %d, %s, %s: %.0f decisions/s, %.1f Redis commands per 1,000 decisions, p50 %v p99 %v p99.9 %v, %d errors %s",
+			perDecision := func(d time.Duration) time.Duration { return d / time.Duration(max(r.decisions, 1)) }
+			t.Logf("round %d, %s, %s: %.0f decisions/s, %.1f Redis commands per 1,000 decisions, CPU per decision: server %v + Redis %v, p50 %v p99 %v p99.9 %v, %d errors %s",
 				round/2+1, sc.name, srv, r.rate(), float64(cmds)*1000/float64(max(r.decisions, 1)),
+				perDecision(cpu).Round(100*time.Nanosecond), perDecision(rcpu).Round(100*time.Nanosecond),
 				r.pct(.5).Round(time.Microsecond), r.pct(.99).Round(time.Microsecond), r.pct(.999).Round(time.Microsecond),
 				r.errors, r.firstErr)
 		}
@@ -266,8 +314,8 @@ func TestLoadRedisOutage(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		rs.RestartKeeping(t)
 	})
-	t.Logf("3 replicas, 10 keys at %d/s each, Redis killed at 3 s and back at 8 s: %d decisions, %d errors %s; admitted per second (10 keys: %d/s allowed) %v; by replica %v",
-		rate, r.decisions, r.errors, r.firstErr, 10*rate, r.perSecond, r.perAddr)
+	t.Logf("3 replicas, 10 keys at %d/s each, Redis killed at 3 s and back at 8 s: %d decisions, %d errors %s; calls per second %v; admitted per second (10 keys: %d/s allowed) %v; by replica %v",
+		rate, r.decisions, r.errors, r.firstErr, r.callsPerSecond, 10*rate, r.perSecond, r.perAddr)
 	if r.errors != 0 {
 		t.Errorf("%d errors, want 0", r.errors)
 	}
