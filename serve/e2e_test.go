@@ -2,6 +2,7 @@ package serve
 
 import (
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -143,5 +144,53 @@ func TestGracefulClose(t *testing.T) {
 	st := srv.s.tiers.hybrid.Stats()
 	if st.Held != 0 || st.Refunded == 0 || st.Lost != 0 || st.Leased != st.Spent+st.Refunded {
 		t.Errorf("Stats after Close = %+v, want every unspent token refunded", st)
+	}
+}
+
+// TestCluster runs the server on a 3-master Redis Cluster (go-redis's
+// ClusterClient): every tier and a remote algorithm decide there, and the
+// keys of many descriptors, spread over the slots, each count apart.
+func TestCluster(t *testing.T) {
+	if !redistest.Available() {
+		if redistest.Required() {
+			t.Fatal("redis-server is required (TIERLIMIT_REQUIRE_REDIS) and missing")
+		}
+		t.Skip("no redis-server")
+	}
+	c := redistest.StartCluster(t)
+	srv := startTCP(t, e2eConfig, c.Client(t), patient)
+	ctx := testCtx(t)
+	for i := range 20 {
+		addr := "192.0.2." + strconv.Itoa(i)
+		admitted := 0
+		for range 12 {
+			resp, err := srv.client.ShouldRateLimit(ctx, request("edge", desc("remote_address", addr)))
+			if err != nil {
+				t.Fatalf("%s: %v", addr, err)
+			}
+			if resp.OverallCode == rls.RateLimitResponse_OK {
+				admitted++
+			}
+		}
+		if admitted != 10 {
+			t.Errorf("%s: admitted %d of 12, want 10", addr, admitted)
+		}
+	}
+	runStepsOn(t, srv, []rls.RateLimitResponse_Code{ok, ok, ok, ok, over}, "window", "w")
+}
+
+// runStepsOn sends the descriptor kv to srv once per code and checks each
+// answer's overall code.
+func runStepsOn(t *testing.T, srv *served, want []rls.RateLimitResponse_Code, kv ...string) {
+	t.Helper()
+	ctx := testCtx(t)
+	for i, w := range want {
+		resp, err := srv.client.ShouldRateLimit(ctx, request("edge", desc(kv...)))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if resp.OverallCode != w {
+			t.Errorf("request %d: %v, want %v", i, resp.OverallCode, w)
+		}
 	}
 }
