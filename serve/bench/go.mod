@@ -9,9 +9,11 @@ replace (
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/redis/go-redis/v9 v9.17.3
 	github.com/tierlimit/tierlimit v0.0.0-00010101000000-000000000000
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
@@ -54,7 +56,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/prometheus/statsd_exporter v0.26.1 // indirect
-	github.com/redis/go-redis/v9 v9.17.3 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/sony/gobreaker/v2 v2.4.0 // indirect
 	github.com/tierlimit/tierlimit/serve v0.0.0-00010101000000-000000000000 // indirect
@@ -77,7 +78,6 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 tool (
