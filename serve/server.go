@@ -202,42 +202,15 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rls.RateLimitRequest)
 	if len(descs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "serve: no descriptors")
 	}
-	cfg := s.Config()
-	rules := make([]*Rule, len(descs))
-	overrides := make([]*override, len(descs))
-	var replaced map[string]bool
-	var entries []Entry
-	for i, d := range descs {
-		entries = entriesOf(d, entries[:0])
-		if ol := d.GetLimit(); ol != nil && cfg.domains[req.Domain] != nil {
-			if o, ok := overrideOf(ol); ok {
-				overrides[i] = o
-				rules[i] = &Rule{FullKey: req.Domain + ".limit_override", Unit: o.Unit,
-					RequestsPerUnit: o.RequestsPerUnit, Limit: o.limit(), Algorithm: AlgoTokenBucket, Tier: TierHybrid}
-				continue
-			}
-		}
-		r := cfg.Match(req.Domain, entries)
-		rules[i] = r
-		if r != nil && len(r.Replaces) > 0 {
-			if replaced == nil {
-				replaced = make(map[string]bool)
-			}
-			for _, name := range r.Replaces {
-				replaced[name] = true
-			}
-		}
-	}
+	rules, overrides := s.Config().rules(req.Domain, descs)
 	resp := &rls.RateLimitResponse{
 		OverallCode: rls.RateLimitResponse_OK,
 		Statuses:    make([]*rls.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
+	var entries []Entry
 	var key []byte
 	for i, d := range descs {
 		r := rules[i]
-		if r != nil && !r.Unlimited && r.Name != "" && replaced[r.Name] {
-			r = nil
-		}
 		entries = entriesOf(d, entries[:0])
 		var st *rls.RateLimitResponse_DescriptorStatus
 		switch {
@@ -270,6 +243,46 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rls.RateLimitRequest)
 		resp.OverallCode = rls.RateLimitResponse_OK
 	}
 	return resp, nil
+}
+
+// rules returns the rule of each descriptor of a request to domain, nil
+// for none, after replaces: a limited rule whose name another matched
+// rule replaces is dropped, as envoyproxy/ratelimit drops it (an unlimited
+// one never is). A descriptor with its own limit (RateLimitDescriptor.limit,
+// in a configured domain) is a hybrid token bucket of that limit, whose
+// override is returned beside it.
+func (c *Config) rules(domain string, descs []*rlcommon.RateLimitDescriptor) ([]*Rule, []*override) {
+	rules := make([]*Rule, len(descs))
+	overrides := make([]*override, len(descs))
+	var replaced map[string]bool
+	var entries []Entry
+	for i, d := range descs {
+		if ol := d.GetLimit(); ol != nil && c.domains[domain] != nil {
+			if o, ok := overrideOf(ol); ok {
+				overrides[i] = o
+				rules[i] = &Rule{FullKey: domain + ".limit_override", Unit: o.Unit,
+					RequestsPerUnit: o.RequestsPerUnit, Limit: o.limit(), Algorithm: AlgoTokenBucket, Tier: TierHybrid}
+				continue
+			}
+		}
+		entries = entriesOf(d, entries[:0])
+		r := c.Match(domain, entries)
+		rules[i] = r
+		if r != nil && len(r.Replaces) > 0 {
+			if replaced == nil {
+				replaced = make(map[string]bool)
+			}
+			for _, name := range r.Replaces {
+				replaced[name] = true
+			}
+		}
+	}
+	for i, r := range rules {
+		if r != nil && !r.Unlimited && r.Name != "" && replaced[r.Name] {
+			rules[i] = nil
+		}
+	}
+	return rules, overrides
 }
 
 // decide takes n from key on r's limiter and reports it as a status; a
