@@ -35,8 +35,8 @@ var (
 	buildErr  error
 )
 
-// binaries builds both servers (the reference's first build takes about a
-// minute on a 2-core machine; later ones come from the build cache).
+// binaries builds both servers, once per test binary (the go command's
+// build cache makes later runs cheap).
 func binaries(t testing.TB) (ref, ours string) {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -183,7 +183,8 @@ func (p *proc) waitReady(t testing.TB) {
 	}
 }
 
-// stop sends SIGTERM and waits for the exit (SIGKILL after 15 s).
+// stop sends SIGINT, on which both servers shut down gracefully, and waits
+// for the exit (SIGKILL after 15 s).
 func (p *proc) stop() {
 	select {
 	case <-p.done:
