@@ -94,12 +94,17 @@ type Rule struct {
 	Unlimited      bool
 	Shadow         bool
 	DetailedMetric bool
+
+	// id names the rule's node unambiguously: the limiter key of its
+	// configured domain, keys and values (see appendKey).
+	id string
 }
 
 // Config is a set of domains, each a tree of descriptors with their rules.
 // It is immutable once built and safe for concurrent use.
 type Config struct {
 	domains map[string]*node
+	byID    map[string]*Rule // every rule, by id
 }
 
 // node is one level of a domain's descriptor tree.
@@ -162,7 +167,7 @@ type File struct {
 // or limit, or two nodes with one key and value at the same level are
 // errors wrapping ErrConfig, naming the file.
 func ParseConfig(files ...File) (*Config, error) {
-	c := &Config{domains: make(map[string]*node)}
+	c := &Config{domains: make(map[string]*node), byID: make(map[string]*Rule)}
 	for _, f := range files {
 		dec := yaml.NewDecoder(bytes.NewReader(f.Data))
 		dec.KnownFields(true)
@@ -194,14 +199,16 @@ func (c *Config) addDomain(y yamlFile) error {
 		return fmt.Errorf("duplicate domain %q", y.Domain)
 	}
 	root := new(node)
-	if err := root.load(y.Domain, y.Descriptors); err != nil {
+	if err := root.load(c, y.Domain, y.Domain, nil, y.Descriptors); err != nil {
 		return err
 	}
 	c.domains[y.Domain] = root
 	return nil
 }
 
-func (n *node) load(parent string, descs []yamlDescriptor) error {
+// load adds descs below n: parent is n's FullKey, at its configured
+// entries below domain.
+func (n *node) load(c *Config, domain, parent string, at []Entry, descs []yamlDescriptor) error {
 	for _, d := range descs {
 		if d.Key == "" {
 			return fmt.Errorf("%s: descriptor with an empty key", parent)
@@ -216,9 +223,11 @@ func (n *node) load(parent string, descs []yamlDescriptor) error {
 			if err != nil {
 				return fmt.Errorf("%s: %v", path, err)
 			}
+			r.id = string(appendKey(nil, domain, append(at[:len(at):len(at)], Entry{d.Key, d.Value}), nil))
+			c.byID[r.id] = r
 			child.rule = r
 		}
-		if err := child.load(path, d.Descriptors); err != nil {
+		if err := child.load(c, domain, path, append(at[:len(at):len(at)], Entry{d.Key, d.Value}), d.Descriptors); err != nil {
 			return err
 		}
 		if err := n.add(d.Key, d.Value, child); err != nil {

@@ -236,6 +236,24 @@ func TestKeyRoundTrip(t *testing.T) {
 	if a == b {
 		t.Errorf("two descriptors share the key %q", a)
 	}
+	// The long form: a digest and the rule's id, or the override.
+	r := &Rule{id: "d|k="}
+	id, o, ok := parseLongKey(longKey([]byte("d|k=v"), r, nil))
+	if !ok || id != r.id || o != nil {
+		t.Errorf("parseLongKey(longKey(rule)) = %q, %v, %v; want %q", id, o, ok, r.id)
+	}
+	ov := &override{RequestsPerUnit: 9, Unit: UnitHour}
+	if id, o, ok := parseLongKey(longKey([]byte("d|k=v"), r, ov)); !ok || id != "" || o == nil || *o != *ov {
+		t.Errorf("parseLongKey(longKey(override)) = %q, %v, %v; want %v", id, o, ok, ov)
+	}
+	if longKey([]byte("d|k=v"), r, nil) == longKey([]byte("d|k=w"), r, nil) {
+		t.Error("two long descriptors share a key")
+	}
+	for _, k := range []string{"d|k=v", "\\#abc|x", string(appendKey(nil, "\\#", entries("a", "b"), nil))} {
+		if _, _, ok := parseLongKey(k); ok {
+			t.Errorf("parseLongKey(%q) ok, want not", k)
+		}
+	}
 	for _, bad := range []string{"", "d|a", "d|a=b\\", "d|!x", "d|!1/fortnight", "d|!1/second|a=b", "d|a=b=c"} {
 		if _, _, _, ok := parseKey(bad); ok {
 			t.Errorf("parseKey(%q) ok, want not", bad)

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 )
@@ -103,12 +105,67 @@ func appendKey(b []byte, domain string, entries []Entry, o *override) []byte {
 		b = appendEscaped(b, e.Value)
 	}
 	if o != nil {
-		b = append(b, sepEntry, markOverride)
-		b = strconv.AppendUint(b, uint64(o.RequestsPerUnit), 10)
-		b = append(b, '/')
-		b = append(b, o.Unit...)
+		b = append(b, sepEntry)
+		b = appendOverride(b, o)
 	}
 	return b
+}
+
+func appendOverride(b []byte, o *override) []byte {
+	b = append(b, markOverride)
+	b = strconv.AppendUint(b, uint64(o.RequestsPerUnit), 10)
+	b = append(b, '/')
+	return append(b, o.Unit...)
+}
+
+// parseOverride is appendOverride's inverse, without the mark.
+func parseOverride(s string) (*override, bool) {
+	rpu, unit, found := strings.Cut(s, "/")
+	n, err := strconv.ParseUint(rpu, 10, 32)
+	if !found || err != nil {
+		return nil, false
+	}
+	if _, known := unitPeriods[Unit(unit)]; !known {
+		return nil, false
+	}
+	return &override{RequestsPerUnit: uint32(n), Unit: Unit(unit)}, true
+}
+
+// markLong starts the key of a descriptor whose key would be longer than
+// the limiters take (tierlimit.MaxKeyLen, long header values): an escape
+// appendKey never writes, then the SHA-256 of the full key, then the
+// rule's id or the override, so that the limit is still found from the key
+// alone, as a reference server keys such descriptors like any other.
+const markLong = "\\#"
+
+// longKey returns the key of a descriptor whose full key is too long.
+func longKey(full []byte, r *Rule, o *override) string {
+	sum := sha256.Sum256(full)
+	b := make([]byte, 0, len(markLong)+2*len(sum)+1+len(r.id))
+	b = append(b, markLong...)
+	b = hex.AppendEncode(b, sum[:])
+	b = append(b, sepEntry)
+	if o != nil {
+		b = appendOverride(b, o)
+	} else {
+		b = append(b, r.id...)
+	}
+	return string(b)
+}
+
+// parseLongKey is longKey's inverse: the rule's id or the override; ok is
+// false for a key longKey did not make.
+func parseLongKey(key string) (id string, o *override, ok bool) {
+	rest, found := strings.CutPrefix(key, markLong)
+	if !found || len(rest) <= 2*sha256.Size || rest[2*sha256.Size] != sepEntry {
+		return "", nil, false
+	}
+	tail := rest[2*sha256.Size+1:]
+	if t, isOverride := strings.CutPrefix(tail, string(markOverride)); isOverride {
+		o, ok = parseOverride(t)
+		return "", o, ok
+	}
+	return tail, nil, tail != ""
 }
 
 // parseKey is appendKey's inverse; ok is false for a string appendKey
@@ -125,15 +182,9 @@ func parseKey(key string) (domain string, entries []Entry, o *override, ok bool)
 			if o != nil {
 				return "", nil, nil, false
 			}
-			rpu, unit, found := strings.Cut(f.text, "/")
-			n, err := strconv.ParseUint(rpu, 10, 32)
-			if !found || err != nil {
+			if o, ok = parseOverride(f.text); !ok {
 				return "", nil, nil, false
 			}
-			if _, known := unitPeriods[Unit(unit)]; !known {
-				return "", nil, nil, false
-			}
-			o = &override{RequestsPerUnit: uint32(n), Unit: Unit(unit)}
 		case o != nil || !f.hasValue:
 			return "", nil, nil, false
 		default:

@@ -148,9 +148,14 @@ func (s *Server) Config() *Config { return s.configs.Load().cur }
 // through a rule).
 func (s *Server) limitFunc(tier Tier, a Algorithm) tierlimit.LimitFunc {
 	return func(key string) tierlimit.Limit {
-		domain, entries, o, ok := parseKey(key)
-		if !ok {
-			return tierlimit.Blocked
+		id, o, long := parseLongKey(key)
+		var domain string
+		var entries []Entry
+		if !long {
+			var ok bool
+			if domain, entries, o, ok = parseKey(key); !ok {
+				return tierlimit.Blocked
+			}
 		}
 		if o != nil {
 			if tier != TierHybrid {
@@ -163,7 +168,13 @@ func (s *Server) limitFunc(tier Tier, a Algorithm) tierlimit.LimitFunc {
 			if c == nil {
 				continue
 			}
-			if r := c.Match(domain, entries); r != nil && !r.Unlimited && r.Tier == tier && r.Algorithm == a {
+			var r *Rule
+			if long {
+				r = c.byID[id]
+			} else {
+				r = c.Match(domain, entries)
+			}
+			if r != nil && !r.Unlimited && r.Tier == tier && r.Algorithm == a {
 				return r.Limit
 			}
 		}
@@ -220,8 +231,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rls.RateLimitRequest)
 			st = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		default:
 			key = appendKey(key[:0], req.Domain, entries, overrides[i])
+			k := string(key)
+			if len(key) > tierlimit.MaxKeyLen {
+				k = longKey(key, r, overrides[i])
+			}
 			var err error
-			st, err = s.decide(ctx, r, string(key), cost(req, d))
+			st, err = s.decide(ctx, r, k, cost(req, d))
 			if err != nil {
 				return nil, err
 			}

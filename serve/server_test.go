@@ -281,11 +281,29 @@ func TestInvalidRequests(t *testing.T) {
 			t.Errorf("ShouldRateLimit(%v) = %v, want InvalidArgument", req, err)
 		}
 	}
-	// A key longer than the limiters take is over the limit, never let
-	// through.
+}
+
+// TestLongDescriptor checks that a descriptor whose key is longer than the
+// limiters take (a long header value) is decided like any other, each
+// value apart, on every tier and with an override.
+func TestLongDescriptor(t *testing.T) {
+	srv := newServer(t, serverConfig, mini(t))
 	long := strings.Repeat("x", tierlimit.MaxKeyLen)
-	runSteps(t, srv.client, []step{{req: request("test", desc("hourly", long)), overall: over,
-		codes: []rls.RateLimitResponse_Code{over}, remaining: []int64{0}}})
+	over1 := func(kv ...string) *rlcommon.RateLimitDescriptor {
+		d := desc(kv...)
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_DAY}
+		return d
+	}
+	one := func(code rls.RateLimitResponse_Code, remaining int64, d *rlcommon.RateLimitDescriptor) step {
+		return step{req: request("test", d), overall: code, codes: []rls.RateLimitResponse_Code{code}, remaining: []int64{remaining}}
+	}
+	runSteps(t, srv.client, []step{
+		one(ok, 2, desc("hourly", long+"a")), one(ok, 1, desc("hourly", long+"a")),
+		one(ok, 2, desc("hourly", long+"b")),
+		one(ok, 0, desc("hourly", long+"a")), one(over, 0, desc("hourly", long+"a")),
+		one(ok, 1, desc("window", long)), one(ok, 0, desc("window", long)), one(over, 0, desc("window", long)),
+		one(ok, 0, over1("nope", long)), one(over, 0, over1("nope", long)),
+	})
 }
 
 func TestClose(t *testing.T) {
