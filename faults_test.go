@@ -442,15 +442,14 @@ func TestFaultSlowRedis(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var undo func()
-			timer := time.AfterFunc(time.Second, func() { undo = f.apply(t, s) })
+			applied := make(chan func(), 1) // the fault's undo, from the timer's goroutine
+			timer := time.AfterFunc(time.Second, func() { applied <- f.apply(t, s) })
 			res := runLoad(l, 50, 4*time.Second, time.Second, 3*time.Second)
-			timer.Stop()
-			// The fault lasted [1 s, 3 s); end it if the load outran it.
-			for undo == nil {
-				time.Sleep(time.Millisecond)
+			if timer.Stop() {
+				t.Fatal("the load ended before the fault began")
 			}
-			undo()
+			// The fault lasted [1 s, 3 s); end it if the load outran it.
+			(<-applied)()
 			st := l.Stats()
 			l.Close()
 			rdb.Close()
