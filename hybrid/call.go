@@ -249,20 +249,6 @@ func (l *limiter) expiry() (expiry func() <-chan struct{}, stop func()) {
 	return expiry, stop
 }
 
-// honoursDeadlines reports whether go-redis client rdb ends a call at its
-// context's deadline (Options.ContextTimeoutEnabled).
-func honoursDeadlines(rdb redis.UniversalClient) bool {
-	switch c := rdb.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
 // leaseCall makes claim c of key in one call through the breaker, within the
 // call budget (op names it in Stats and to the observer), and returns the
 // tokens granted, Redis's Result, what to report (see report) and the

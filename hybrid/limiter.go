@@ -177,7 +177,7 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 		rdb:      rdb,
 		bucket:   bucket,
 		done:     make(chan struct{}),
-		inline:   honoursDeadlines(rdb),
+		inline:   detach.Honours(rdb),
 		start:    time.Now(),
 		id:       instanceID(),
 		fleet:    store.FleetKey(cfg.prefix, limit),
