@@ -223,7 +223,7 @@ func neverOf(res tierlimit.Result) never {
 	switch {
 	case res.Allowed:
 		return waits
-	case res.Limit == tierlimit.Blocked:
+	case res.Limit.IsBlocked():
 		return blocked
 	case res.RetryAfter <= 0:
 		return noRetryAfter

@@ -377,7 +377,7 @@ func (m *Middleware) defaultCost(r *http.Request) int64 {
 // (tierlimit.Blocked), or a denial without a RetryAfter, which promises
 // nothing about when the request can pass.
 func noWait(res tierlimit.Result) bool {
-	return !res.Allowed && (res.Limit == tierlimit.Blocked || res.RetryAfter <= 0)
+	return !res.Allowed && (res.Limit.IsBlocked() || res.RetryAfter <= 0)
 }
 
 // neverErr is the error reported for a request refused because limiter
