@@ -242,13 +242,15 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // (the events happened: Settle never refuses, and tokens really used are
 // not forgiven). A key in debt is denied every cost, peeks included, until
 // its rate has repaid the debt: RetryAfter counts it, exactly, as does
-// ResetAfter; Remaining is 0. It returns the key's Result after the correction, Allowed. For a key
+// ResetAfter; Remaining is 0. used may exceed the burst (an upload larger
+// than the bucket): what the floor cuts off is the Result's Uncharged, the
+// rest is charged. It returns the key's Result after the correction, Allowed. For a key
 // WithLimitFunc's function blocks, Settle changes nothing and returns the
 // blocked Result (not Allowed, Limit tierlimit.Blocked). ctx is accepted
 // and ignored.
 //
 // Errors wrap tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost (charged
-// or used outside [0, the key's burst]) or tierlimit.ErrInvalidLimit (a bad
+// outside [0, the key's burst], or used negative) or tierlimit.ErrInvalidLimit (a bad
 // limit from WithLimitFunc's function), and change nothing; after Close it
 // returns tierlimit.ErrClosed.
 func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (tierlimit.Result, error) {
