@@ -22,6 +22,11 @@ var (
 	// ErrInvalidCost is returned by AllowN when n < 0 or n exceeds the burst:
 	// such a request could never be admitted.
 	ErrInvalidCost = errors.New("tierlimit: invalid cost")
+	// ErrLimitLookup is returned, wrapping the lookup's own error, by a
+	// call whose key's LimitLookup failed (see LimitLookup): the key was
+	// neither charged nor decided. A caller, or an integration, must not
+	// serve the request as if it had been admitted.
+	ErrLimitLookup = errors.New("tierlimit: limit lookup failed")
 	// ErrInvalidOption is returned by constructors for a bad option value or
 	// a nil Redis client.
 	ErrInvalidOption = errors.New("tierlimit: invalid option")

@@ -100,7 +100,6 @@ func badCalls(window bool) []badCall {
 		{"Settle negative charge", callSettle("a", -1, 0), tierlimit.ErrInvalidCost, false},
 		{"Settle negative use", callSettle("a", 0, -1), tierlimit.ErrInvalidCost, false},
 		{"Settle charge over the burst", callSettle("a", 11, 0), tierlimit.ErrInvalidCost, false},
-		{"Settle use over the burst", callSettle("a", 0, 11), tierlimit.ErrInvalidCost, false},
 		{"Settle charge over the key's burst", callSettle("org:a", 21, 0), tierlimit.ErrInvalidCost, true},
 
 		{"AllowAtMost empty key", callAllowAtMost("", 1), tierlimit.ErrInvalidKey, false},

@@ -206,3 +206,24 @@ func TestRefillTime(t *testing.T) {
 		}
 	}
 }
+
+// TestIsBlocked: the blocked limit is recognised by its value, whatever
+// the exported variable holds.
+func TestIsBlocked(t *testing.T) {
+	tests := []struct {
+		l    tierlimit.Limit
+		want bool
+	}{
+		{tierlimit.Blocked, true},
+		{tierlimit.Limit{Burst: -1}, true},
+		{tierlimit.Limit{}, false},
+		{tierlimit.PerSecond(1), false},
+		{tierlimit.PerSecond(1).WithBurst(-1), false},
+		{tierlimit.Limit{Burst: -2}, false},
+	}
+	for _, tc := range tests {
+		if got := tc.l.IsBlocked(); got != tc.want {
+			t.Errorf("%#v.IsBlocked() = %v, want %v", tc.l, got, tc.want)
+		}
+	}
+}

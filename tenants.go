@@ -17,12 +17,38 @@ import (
 // call that asked, which every integration of this module refuses.
 type LimitFunc func(key string) Limit
 
+// LimitLookup returns the Limit of a key as a LimitFunc does (the zero
+// Limit: the limiter's default; Blocked: the key may not be used), or an
+// error when it cannot tell: the plan store is down, the lookup timed out.
+// Give one to a limiter with its package's WithLimitLookup.
+//
+// A limiter treats a failed lookup alike on every tier: the call that
+// asked returns an error wrapping both ErrLimitLookup and the lookup's
+// error, the key is neither charged nor decided, and no default is
+// applied in its place: a lookup failure fails closed. A limiter built
+// with its package's WithLookupFailOpen decides the key under its default
+// limit instead. The integrations of this module (httplimit, grpclimit)
+// refuse a call whose lookup failed under every error policy, as they
+// refuse an invalid limit.
+//
+// A limiter asks it when it would ask a LimitFunc, and its answer follows
+// the same rules; a failure is not remembered (the next call asks again),
+// a default applied by WithLookupFailOpen is, as an answer.
+type LimitLookup func(key string) (Limit, error)
+
 // Blocked is what a LimitFunc returns for a key that may not be used at all
 // (a suspended tenant): every tier denies each of the key's calls without
 // charging it, with Result.Limit Blocked, Source SourceBlocked and
 // RetryAfter 0, which promises nothing about when the key opens again. It
 // is not a valid Limit (Validate refuses it).
+//
+// The limiters recognise a blocked limit by its value (Limit.IsBlocked),
+// never by reading this variable: test a Result with res.Limit.IsBlocked().
 var Blocked = Limit{Burst: -1}
+
+// IsBlocked reports whether l is the Blocked limit: a Burst of -1 and no
+// Rate or Period.
+func (l Limit) IsBlocked() bool { return l == Limit{Burst: -1} }
 
 // Take is one key's part of an all-or-nothing decision (AllowAll on every
 // tier): charge N events to Key.

@@ -29,7 +29,11 @@ type limiter interface {
 // zero value is every tier's defaults.
 type tierOptions struct {
 	limitFunc tierlimit.LimitFunc // every tier: WithLimitFunc
-	observer  *tierlimit.Observer // every tier: WithObserver
+	// limitLookup, lookupFailOpen: every tier's WithLimitLookup and
+	// WithLookupFailOpen.
+	limitLookup    tierlimit.LimitLookup
+	lookupFailOpen bool
+	observer       *tierlimit.Observer // every tier: WithObserver
 	// clock: local's WithClock, remote's WithClientClock. hybrid ignores
 	// it: its leases come from a bucket on Redis's clock (see clocked).
 	clock    *clocktest.Clock
@@ -101,6 +105,16 @@ func (o tierOptions) options() (lo []local.Option, re []remote.Option, hy []hybr
 		lo = append(lo, local.WithLimitFunc(o.limitFunc))
 		re = append(re, remote.WithLimitFunc(o.limitFunc))
 		hy = append(hy, hybrid.WithLimitFunc(o.limitFunc))
+	}
+	if o.limitLookup != nil {
+		lo = append(lo, local.WithLimitLookup(o.limitLookup))
+		re = append(re, remote.WithLimitLookup(o.limitLookup))
+		hy = append(hy, hybrid.WithLimitLookup(o.limitLookup))
+	}
+	if o.lookupFailOpen {
+		lo = append(lo, local.WithLookupFailOpen())
+		re = append(re, remote.WithLookupFailOpen())
+		hy = append(hy, hybrid.WithLookupFailOpen())
 	}
 	if o.observer != nil {
 		lo = append(lo, local.WithObserver(o.observer))

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
@@ -110,6 +112,78 @@ func rateTiers(s *redistest.Server) []tier {
 				hybrid.WithCallBudget(slowRedis))
 			return closing(t, l, err)
 		}},
+	}
+}
+
+// errPlansDown is the error of downLookup's failures.
+var errPlansDown = errors.New("plan store unreachable")
+
+// downLookup is a LimitLookup that fails for the suspended tenant and
+// answers the default for the others.
+func downLookup(key string) (tierlimit.Limit, error) {
+	if key == suspended {
+		return tierlimit.Limit{}, errPlansDown
+	}
+	return tierlimit.Limit{}, nil
+}
+
+// lookupTiers returns a tier for local, every remote algorithm and hybrid
+// whose LimitLookup is downLookup (failing closed, the default), on s.
+func lookupTiers(s *redistest.Server) []tier {
+	def := tierlimit.PerSecond(100)
+	type remoteNew func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (tierlimit.Limiter, error)
+	remoteTier := func(name string, mk remoteNew) tier {
+		return tier{name, func(t *testing.T, _ tierlimit.LimitFunc) tierlimit.Limiter {
+			l, err := mk(s.Client(t), def, remote.WithLimitLookup(downLookup), remote.WithPrefix(prefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}}
+	}
+	tiers := []tier{
+		{"local", func(t *testing.T, _ tierlimit.LimitFunc) tierlimit.Limiter {
+			l, err := local.New(def, local.WithLimitLookup(downLookup))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		}},
+		{"hybrid", func(t *testing.T, _ tierlimit.LimitFunc) tierlimit.Limiter {
+			l, err := hybrid.New(s.Client(t), def, hybrid.WithLimitLookup(downLookup), hybrid.WithPrefix(prefix()),
+				hybrid.WithCallBudget(slowRedis))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return l
+		}},
+	}
+	for _, r := range []struct {
+		name string
+		mk   remoteNew
+	}{
+		{"remote token bucket", adapt(remote.NewTokenBucket)},
+		{"remote GCRA", adapt(remote.NewGCRA)},
+		{"remote fixed window", adapt(remote.NewFixedWindow)},
+		{"remote anchored window", adapt(remote.NewAnchoredWindow)},
+		{"remote sliding log", adapt(remote.NewSlidingLog)},
+		{"remote sliding window", adapt(remote.NewSlidingWindow)},
+	} {
+		tiers = append(tiers, remoteTier(r.name, r.mk))
+	}
+	return tiers
+}
+
+// adapt returns a remote constructor as one of a tierlimit.Limiter.
+func adapt[L tierlimit.Limiter](mk func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (L, error)) func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (tierlimit.Limiter, error) {
+	return func(rdb redis.UniversalClient, l tierlimit.Limit, opts ...remote.Option) (tierlimit.Limiter, error) {
+		r, err := mk(rdb, l, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
 	}
 }
 
@@ -247,6 +321,39 @@ func TestInvalidLimitRefused(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestLookupFailureRefused: a LimitLookup that fails for a key serves no
+// call of it, on every tier and under every error policy: each is refused
+// with ResourceExhausted and a pushback that forbids retries, and
+// reported with the lookup's error.
+func TestLookupFailureRefused(t *testing.T) {
+	s := redistest.Start(t)
+	for _, tr := range lookupTiers(s) {
+		for _, pol := range errorPolicies {
+			t.Run(tr.name+"/"+pol.name, func(t *testing.T) {
+				var log errorLog
+				opts := append([]Option{WithKey(KeyMetadata("x-tenant")), log.option()}, pol.opts...)
+				srv := serveCounted(t, mustNew(t, tr.make(t, nil), opts...), nil)
+				ctx := tenantCtx(t, suspended)
+				for i := range 3 {
+					var trailer metadata.MD
+					err := unary(ctx, srv.cc, grpc.Trailer(&trailer))
+					checkNoRetry(t, fmt.Sprintf("call %d", i), err, trailer, codes.ResourceExhausted)
+				}
+				trailer, err := stream(ctx, srv.cc)
+				checkNoRetry(t, "stream", err, trailer, codes.ResourceExhausted)
+				if got := srv.served.Load(); got != 0 {
+					t.Errorf("%d calls of the tenant whose lookup failed served, want 0", got)
+				}
+				log.check(t, tierlimit.ErrLimitLookup, "lookup of its key's limit failed")
+				log.check(t, errPlansDown, "refused")
+				if err := unary(tenantCtx(t, "tenant-paying"), srv.cc); err != nil || srv.served.Load() != 1 {
+					t.Errorf("call of another tenant: %v, served %d; want served", err, srv.served.Load())
+				}
+			})
 		}
 	}
 }

@@ -56,7 +56,9 @@ type rule struct {
 // it opens), a denial without a RetryAfter, and a limit the limiter's
 // LimitFunc got wrong (tierlimit.ErrInvalidLimit: serving the call would
 // give a suspended tenant, written as PerSecond(0), the run of the
-// service). These are denials under every error policy.
+// service), and a key whose LimitLookup failed (tierlimit.ErrLimitLookup:
+// the limiter could not tell whether the tenant may call at all). These
+// are denials under every error policy.
 //
 // # Errors
 //
@@ -214,6 +216,7 @@ const (
 	waits        never = iota // an admission, or a denial with a RetryAfter to wait
 	badCost                   // tierlimit.ErrInvalidCost: more than the key's burst, or negative
 	badLimit                  // tierlimit.ErrInvalidLimit: the limiter has no valid limit for the key
+	badLookup                 // tierlimit.ErrLimitLookup: the key's limit could not be looked up
 	blocked                   // the key is tierlimit.Blocked
 	noRetryAfter              // a denial without a RetryAfter: nothing promises when it passes
 )
@@ -223,7 +226,7 @@ func neverOf(res tierlimit.Result) never {
 	switch {
 	case res.Allowed:
 		return waits
-	case res.Limit == tierlimit.Blocked:
+	case res.Limit.IsBlocked():
 		return blocked
 	case res.RetryAfter <= 0:
 		return noRetryAfter
@@ -290,10 +293,13 @@ func (in *Interceptor) decide(ctx context.Context, method string, rules []*rule,
 			if in.onDecision != nil && !peek {
 				in.onDecision(ctx, ru.name, res)
 			}
-		case errors.Is(err, tierlimit.ErrInvalidCost), errors.Is(err, tierlimit.ErrInvalidLimit):
+		case errors.Is(err, tierlimit.ErrInvalidCost), errors.Is(err, tierlimit.ErrInvalidLimit), errors.Is(err, tierlimit.ErrLimitLookup):
 			why := badLimit
-			if errors.Is(err, tierlimit.ErrInvalidCost) {
+			switch {
+			case errors.Is(err, tierlimit.ErrInvalidCost):
 				why = badCost
+			case errors.Is(err, tierlimit.ErrLimitLookup):
+				why = badLookup
 			}
 			in.report(ctx, method, fmt.Errorf("grpclimit: policy %q: call %s, %s: %w",
 				ru.name, in.verdict(codes.ResourceExhausted), why.reason(cost), err), false)
@@ -328,6 +334,8 @@ func (w never) reason(cost int64) string {
 		return fmt.Sprintf("its cost %d is more than the key's burst (or negative): no wait would admit it", cost)
 	case badLimit:
 		return "the limiter has no valid limit for its key"
+	case badLookup:
+		return "the lookup of its key's limit failed"
 	}
 	return "no wait would admit it"
 }

@@ -58,6 +58,8 @@ func (w never) message(policy string) string {
 		return fmt.Sprintf("grpclimit: rate limited by %q: the call costs more than the limit can ever admit", policy)
 	case badLimit:
 		return fmt.Sprintf("grpclimit: refused by %q: no valid limit for the call's key", policy)
+	case badLookup:
+		return fmt.Sprintf("grpclimit: refused by %q: the limit of the call's key could not be looked up", policy)
 	case blocked:
 		return fmt.Sprintf("grpclimit: refused by %q: the key is blocked", policy)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/hybrid"
 	"github.com/tierlimit/tierlimit/internal/redistest"
@@ -109,6 +110,70 @@ func rateTiers(s *redistest.Server) []rateTier {
 			return closing(t, l, err)
 		}},
 	}
+}
+
+// errPlansDown is the error of downLookup's failures.
+var errPlansDown = errors.New("plan store unreachable")
+
+// downLookup is a LimitLookup that fails for the suspended tenant and
+// answers the default for the others.
+func downLookup(key string) (tierlimit.Limit, error) {
+	if key == suspended {
+		return tierlimit.Limit{}, errPlansDown
+	}
+	return tierlimit.Limit{}, nil
+}
+
+// remoteNew is a remote constructor, returning a tierlimit.Limiter.
+type remoteNew func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (tierlimit.Limiter, error)
+
+// adapt returns a remote constructor as a remoteNew.
+func adapt[L tierlimit.Limiter](mk func(redis.UniversalClient, tierlimit.Limit, ...remote.Option) (L, error)) remoteNew {
+	return func(rdb redis.UniversalClient, l tierlimit.Limit, opts ...remote.Option) (tierlimit.Limiter, error) {
+		r, err := mk(rdb, l, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+}
+
+// lookupTiers returns a tier for local, every remote algorithm and hybrid
+// whose LimitLookup is downLookup (failing closed, the default), on s;
+// make's LimitFunc is ignored.
+func lookupTiers(s *redistest.Server) []rateTier {
+	def := tierlimit.PerSecond(100)
+	tiers := []rateTier{
+		{"local", func(t *testing.T, _ tierlimit.LimitFunc) tierlimit.Limiter {
+			l, err := local.New(def, local.WithLimitLookup(downLookup))
+			return closing(t, l, err)
+		}},
+		{"hybrid", func(t *testing.T, _ tierlimit.LimitFunc) tierlimit.Limiter {
+			l, err := hybrid.New(s.Client(t), def, hybrid.WithLimitLookup(downLookup), hybrid.WithPrefix(prefix()),
+				hybrid.WithCallBudget(slowRedis))
+			return closing(t, l, err)
+		}},
+	}
+	for _, r := range []struct {
+		name string
+		mk   remoteNew
+	}{
+		{"remote token bucket", adapt(remote.NewTokenBucket)},
+		{"remote GCRA", adapt(remote.NewGCRA)},
+		{"remote fixed window", adapt(remote.NewFixedWindow)},
+		{"remote anchored window", adapt(remote.NewAnchoredWindow)},
+		{"remote sliding log", adapt(remote.NewSlidingLog)},
+		{"remote sliding window", adapt(remote.NewSlidingWindow)},
+	} {
+		tiers = append(tiers, rateTier{r.name, func(t *testing.T, _ tierlimit.LimitFunc) tierlimit.Limiter {
+			l, err := r.mk(s.Client(t), def, remote.WithLimitLookup(downLookup), remote.WithPrefix(prefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}})
+	}
+	return tiers
 }
 
 // permitTier builds a concurrency limiter of one tier with f as its
@@ -245,6 +310,33 @@ func TestInvalidLimitRefused(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestLookupFailureRefused: a LimitLookup that fails for a key serves no
+// request of it, on every tier and under every error policy: 429 without
+// Retry-After, reported with the lookup's error.
+func TestLookupFailureRefused(t *testing.T) {
+	s := redistest.Start(t)
+	for _, tr := range lookupTiers(s) {
+		for _, pol := range errorPolicies {
+			t.Run(tr.name+"/"+pol.name, func(t *testing.T) {
+				var log errorLog
+				opts := append([]Option{WithKey(KeyHeader("X-Tenant")), log.option()}, pol.opts...)
+				c := newCounted(mustNew(t, tr.make(t, nil), opts...))
+				for i := range 3 {
+					checkRefused(t, fmt.Sprintf("request %d", i), c.get(suspended), http.StatusTooManyRequests, true)
+				}
+				if got := c.served.Load(); got != 0 {
+					t.Errorf("%d requests of the tenant whose lookup failed served, want 0", got)
+				}
+				log.check(t, tierlimit.ErrLimitLookup, "lookup of its key's limit failed")
+				log.check(t, errPlansDown, "refused with 429")
+				if w := c.get("tenant-paying"); w.Code != http.StatusOK || c.served.Load() != 1 {
+					t.Errorf("request of another tenant: %d, served %d; want 200, served", w.Code, c.served.Load())
+				}
+			})
 		}
 	}
 }

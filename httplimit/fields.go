@@ -44,7 +44,7 @@ func SetHeaders(h http.Header, p Policy, res tierlimit.Result) error {
 	for _, f := range fieldNames {
 		delete(h, f)
 	}
-	outs := []outcome{{rule: ru, res: res, never: res.Limit == tierlimit.Blocked}}
+	outs := []outcome{{rule: ru, res: res, never: res.Limit.IsBlocked()}}
 	setHeaders(h, outs, !res.Allowed, p.Legacy)
 	return nil
 }

@@ -136,7 +136,9 @@ func (r *rule) setPrefix() {
 // (tierlimit.ErrInvalidCost: letting it through would make the limit
 // bypassable by cost), and a limit the limiter's LimitFunc got wrong
 // (tierlimit.ErrInvalidLimit: letting it through would give a suspended
-// tenant, written as PerSecond(0), the run of the service). A key its
+// tenant, written as PerSecond(0), the run of the service), and a key
+// whose LimitLookup failed (tierlimit.ErrLimitLookup: the limiter could
+// not tell whether the tenant may be served at all). A key its
 // LimitFunc blocks (tierlimit.Blocked) is denied, 429 without Retry-After
 // (no promise of when it opens), and is no error; so is any denial without
 // a RetryAfter: no Retry-After is ever 0.
@@ -300,7 +302,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			if m.onDecision != nil && !peek {
 				m.onDecision(r.Context(), ru.name, res)
 			}
-		case errors.Is(err, tierlimit.ErrInvalidCost), errors.Is(err, tierlimit.ErrInvalidLimit):
+		case errors.Is(err, tierlimit.ErrInvalidCost), errors.Is(err, tierlimit.ErrInvalidLimit), errors.Is(err, tierlimit.ErrLimitLookup):
 			m.report(r, m.neverErr(ru.name, cost, err), false)
 			outs = append(outs, outcome{rule: ru, never: true})
 			denied = true
@@ -377,16 +379,19 @@ func (m *Middleware) defaultCost(r *http.Request) int64 {
 // (tierlimit.Blocked), or a denial without a RetryAfter, which promises
 // nothing about when the request can pass.
 func noWait(res tierlimit.Result) bool {
-	return !res.Allowed && (res.Limit == tierlimit.Blocked || res.RetryAfter <= 0)
+	return !res.Allowed && (res.Limit.IsBlocked() || res.RetryAfter <= 0)
 }
 
 // neverErr is the error reported for a request refused because limiter
-// name can never admit it at cost: err wraps tierlimit.ErrInvalidCost or
-// tierlimit.ErrInvalidLimit.
+// name can never admit it at cost: err wraps tierlimit.ErrInvalidCost,
+// tierlimit.ErrInvalidLimit or tierlimit.ErrLimitLookup.
 func (m *Middleware) neverErr(name string, cost int64, err error) error {
 	why := "the limiter has no valid limit for its key"
-	if errors.Is(err, tierlimit.ErrInvalidCost) {
+	switch {
+	case errors.Is(err, tierlimit.ErrInvalidCost):
 		why = fmt.Sprintf("its cost %d is more than the key's burst (or negative): no wait would admit it", cost)
+	case errors.Is(err, tierlimit.ErrLimitLookup):
+		why = "the lookup of its key's limit failed"
 	}
 	return fmt.Errorf("httplimit: policy %q: request %s, %s: %w", name, m.verdict(http.StatusTooManyRequests), why, err)
 }

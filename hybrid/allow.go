@@ -140,7 +140,7 @@ func (l *limiter) decide(ctx context.Context, res *tierlimit.Result, key string,
 // leased): a take of between n and most tokens, and how many it took.
 func (l *limiter) inProcess(res *tierlimit.Result, key string, h uint64, n, most int64) (int64, bool) {
 	if e, ok := l.keys.find(key, h); ok {
-		if l.cfg.limitFunc != nil {
+		if l.cfg.lookup.Set() {
 			// check knew no key's limit but the default's: a cost above
 			// the key's is refused by the claim (checkPolicy), even if an
 			// earlier, larger limit left the lease holding it.
@@ -187,7 +187,7 @@ func (l *limiter) check(ctx context.Context, key string, n int64) error {
 	// Without a LimitFunc every key's limit is the default's; with one, a
 	// key's own limit is checked where the call has it (inProcess,
 	// checkPolicy), and only a negative cost here.
-	if l.cfg.limitFunc == nil || n < 0 {
+	if !l.cfg.lookup.Set() || n < 0 {
 		if err := l.def.checkCost(key, n); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/tenanttest"
 )
 
 // TestBlockedKey: a LimitFunc that answers tierlimit.Blocked for a
@@ -115,4 +116,36 @@ func TestBlockedKey(t *testing.T) {
 	if r, err := l.AllowN(e.ctx, "hot", 1); err != nil || !r.Allowed || r.Limit != tierlimit.PerSecond(100) {
 		t.Errorf("AllowN(hot) a lease TTL after the block was lifted = %+v, %v; want allowed", r, err)
 	}
+}
+
+// TestLimitLookup: a failing LimitLookup fails closed, with no Redis call
+// for the key, or open to the default with WithLookupFailOpen
+// (tenanttest.CheckLookupFails and CheckLookupFailsOpen); a failure is not
+// remembered: the key's next call asks again.
+func TestLimitLookup(t *testing.T) {
+	e := newEnv(t)
+	var lk tenanttest.Lookup
+	var asks atomic.Int64
+	lookup := func(key string) (tierlimit.Limit, error) {
+		asks.Add(1)
+		return lk.Limit(key)
+	}
+	closed := e.limiter(t, tenanttest.Default, WithLimitLookup(lookup), WithPrefix("closed:"), WithHeartbeat(time.Minute))
+	tenanttest.CheckLookupFails(t, closed, &lk, "down", "up")
+	lk.Down.Store(true)
+	before, asked := e.calls.Calls(), asks.Load()
+	for i := range 3 {
+		if _, err := closed.AllowN(e.ctx, "down:again", 1); !errors.Is(err, tierlimit.ErrLimitLookup) {
+			t.Fatalf("call %d: AllowN(down:again, 1) = %v, want ErrLimitLookup", i, err)
+		}
+	}
+	if got := asks.Load() - asked; got != 3 {
+		t.Errorf("3 calls with the lookup down asked it %d times, want 3 (a failure is not remembered)", got)
+	}
+	if got := e.calls.Calls() - before; got != 0 {
+		t.Errorf("calls whose lookup failed made %d Redis calls, want 0", got)
+	}
+	lk.Down.Store(false)
+	open := e.limiter(t, tenanttest.Default, WithLimitLookup(lk.Limit), WithLookupFailOpen(), WithPrefix("open:"))
+	tenanttest.CheckLookupFailsOpen(t, open, &lk, "down", tenanttest.Default)
 }

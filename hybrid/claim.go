@@ -368,7 +368,7 @@ func (l *limiter) blockFor(p *policy, res tierlimit.Result) time.Duration {
 		headroom := p.limit.RefillTime(p.capacity-res.Remaining) / 2
 		d = max(d, min(batch, headroom, d+l.cfg.refillInterval))
 	}
-	if l.cfg.limitFunc != nil {
+	if l.cfg.lookup.Set() {
 		// A blocked key claims again within a lease TTL, and so asks
 		// the LimitFunc again: a plan upgrade reaches it as it reaches
 		// a key with a lease (WithLimitFunc).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/perlimit"
@@ -152,6 +153,11 @@ func New(rdb redis.UniversalClient, limit tierlimit.Limit, opts ...Option) (*Lim
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
+	lookup, err := check.NewLookup(cfg.limitFunc, cfg.limitLookup, cfg.lookupOpen)
+	if err != nil {
+		return nil, named(err)
+	}
+	cfg.lookup = lookup
 	def := newPolicy(limit, &cfg)
 	if cfg.maxLease > def.capacity {
 		return nil, invalid("lease bound %d exceeds burst %d", cfg.maxLease, def.capacity)

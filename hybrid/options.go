@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tierlimit/tierlimit"
+	"github.com/tierlimit/tierlimit/internal/check"
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
@@ -51,6 +52,9 @@ type config struct {
 	clock              Clock
 	fallback           *tierlimit.Limit
 	limitFunc          tierlimit.LimitFunc
+	limitLookup        tierlimit.LimitLookup
+	lookupOpen         bool         // WithLookupFailOpen
+	lookup             check.Lookup // New's, of the three above
 	extra              []tierlimit.Limit
 	prefix             string
 	failureMode        FailureMode
@@ -124,6 +128,35 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 			return invalid("nil limit func")
 		}
 		c.limitFunc = f
+		return nil
+	})
+}
+
+// WithLimitLookup gives keys limits of their own as WithLimitFunc does,
+// from f, which may fail (see tierlimit.LimitLookup), asked as often as
+// WithLimitFunc's function. A call whose key's lookup fails returns an
+// error wrapping tierlimit.ErrLimitLookup and f's error: the key is not
+// decided under the default, unless WithLookupFailOpen says so, and the
+// failure is not remembered (the key's next call asks again). A failure
+// in a background refill stops the key's refills until a call asks again.
+// It may not be given with WithLimitFunc.
+func WithLimitLookup(f tierlimit.LimitLookup) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return invalid("nil limit lookup")
+		}
+		c.limitLookup = f
+		return nil
+	})
+}
+
+// WithLookupFailOpen decides a key whose WithLimitLookup lookup fails
+// under New's limit, as if the lookup had answered the zero Limit (an
+// answer the key then keeps for a lease TTL, as any), instead of returning
+// an error (the default: fail closed). It needs WithLimitLookup.
+func WithLookupFailOpen() Option {
+	return optionFunc(func(c *config) error {
+		c.lookupOpen = true
 		return nil
 	})
 }

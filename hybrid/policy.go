@@ -118,7 +118,7 @@ func (p *policy) checkCost(key string, n int64) error {
 // makes its entry. No lock is held while the LimitFunc runs: a panic
 // reaches the caller and leaves the limiter as it was.
 func (l *limiter) policyFor(key string) (*policy, error) {
-	if l.cfg.limitFunc == nil {
+	if !l.cfg.lookup.Set() {
 		return l.def, nil
 	}
 	e, ok := l.lookup(key)
@@ -173,7 +173,7 @@ func (l *limiter) asked(e *entry, p *policy, now int64) {
 // background refills, and the next call that claims for the key asks
 // again and returns what the LimitFunc did.
 func (l *limiter) reask(e *entry, now int64) (ok bool) {
-	if l.cfg.limitFunc == nil || l.fresh(e, now) {
+	if !l.cfg.lookup.Set() || l.fresh(e, now) {
 		return true
 	}
 	defer func() {
@@ -192,8 +192,9 @@ func (l *limiter) reask(e *entry, now int64) (ok bool) {
 // LimitFor returns key's limit: the LimitFunc's answer (WithLimitFunc),
 // tierlimit.Blocked for a key it blocks, or the default. For a key the
 // limiter follows it asks the LimitFunc at most once per lease TTL, as
-// decisions do. Its error wraps tierlimit.ErrInvalidKey for a bad key and
-// tierlimit.ErrInvalidLimit for an answer that is not a valid limit.
+// decisions do. Its error wraps tierlimit.ErrInvalidKey for a bad key,
+// tierlimit.ErrInvalidLimit for an answer that is not a valid limit and
+// tierlimit.ErrLimitLookup for a failed lookup (WithLimitLookup).
 func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
 	if err := check.Key(key); err != nil {
 		return tierlimit.Limit{}, named(err)
@@ -207,16 +208,19 @@ func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
 
 // policyOf returns key's policy: its LimitFunc's answer, or the default.
 // It returns an error wrapping tierlimit.ErrInvalidLimit when the answer
-// is not a valid limit.
+// is not a valid limit, and one wrapping tierlimit.ErrLimitLookup when a
+// LimitLookup failed (and does not fail open).
 func (l *limiter) policyOf(key string) (*policy, error) {
-	if l.cfg.limitFunc == nil {
+	if !l.cfg.lookup.Set() {
 		return l.def, nil
 	}
-	limit := l.cfg.limitFunc(key)
-	switch limit {
-	case tierlimit.Limit{}, l.def.limit:
+	limit, err := l.cfg.lookup.Limit(key)
+	switch {
+	case err != nil:
+		return nil, named(err)
+	case limit == tierlimit.Limit{}, limit == l.def.limit:
 		return l.def, nil
-	case tierlimit.Blocked:
+	case limit.IsBlocked():
 		return barredPolicy, nil
 	}
 	return l.pols.Get(limit, func() (*policy, error) {

@@ -39,7 +39,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	if err != nil {
 		return res, named(err)
 	}
-	if used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
+	if used == 0 && charged > 0 && !res.Limit.IsBlocked() && l.onGiveBack != nil {
 		l.onGiveBack(tierlimit.GiveBack{Source: res.Source, N: charged, Limit: res.Limit})
 	}
 	return res, nil

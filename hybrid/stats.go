@@ -159,7 +159,7 @@ type LimitStats struct {
 // limitStats returns the decisions by limit, the default's first, given
 // the totals: the default's are what the other limits leave.
 func (l *limiter) limitStats(allowed, denied int64) []LimitStats {
-	if l.cfg.limitFunc == nil {
+	if !l.cfg.lookup.Set() {
 		return []LimitStats{{Limit: l.limit, Allowed: allowed, Denied: denied}}
 	}
 	var pols []*policy

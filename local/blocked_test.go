@@ -34,3 +34,14 @@ func TestLimitFor(t *testing.T) {
 	without, _ := newTest(t, tenanttest.Default)
 	tenanttest.CheckLimitFor(t, with, without)
 }
+
+// TestLimitLookup: a failing LimitLookup fails closed, or open to the
+// default with WithLookupFailOpen (tenanttest.CheckLookupFails and
+// CheckLookupFailsOpen).
+func TestLimitLookup(t *testing.T) {
+	var lk tenanttest.Lookup
+	closed, _ := newTest(t, tenanttest.Default, WithLimitLookup(lk.Limit))
+	tenanttest.CheckLookupFails(t, closed, &lk, "down", "up")
+	open, _ := newTest(t, tenanttest.Default, WithLimitLookup(lk.Limit), WithLookupFailOpen())
+	tenanttest.CheckLookupFailsOpen(t, open, &lk, "down", tenanttest.Default)
+}

@@ -64,6 +64,8 @@ type config struct {
 	maxKeys   int64
 	clock     Clock
 	limitFunc tierlimit.LimitFunc
+	lookup    tierlimit.LimitLookup
+	open      bool // WithLookupFailOpen
 	observer  *tierlimit.Observer
 }
 
@@ -117,13 +119,13 @@ func WithClock(clock Clock) Option {
 // and must not be copied. Close releases its cache; after it, every method
 // returns tierlimit.ErrClosed.
 type Limiter struct {
-	def       atomic.Pointer[tierlimit.Limit] // the default limit; SetLimit replaces it
-	limitFunc tierlimit.LimitFunc             // nil: every key follows def
-	clock     Clock
-	cache     *ristretto.Cache[string, *entry] // the one registry of keys: it bounds them and keeps the most used
-	hot       *front.Table[entry]              // recently found entries of cache (see find)
-	gate      gate.Gate                        // the calls using cache, which Close waits for
-	lines     wait.Lines                       // WaitN's waiters, which Close sends away
+	def    atomic.Pointer[tierlimit.Limit] // the default limit; SetLimit replaces it
+	lookup check.Lookup                    // not Set: every key follows def
+	clock  Clock
+	cache  *ristretto.Cache[string, *entry] // the one registry of keys: it bounds them and keeps the most used
+	hot    *front.Table[entry]              // recently found entries of cache (see find)
+	gate   gate.Gate                        // the calls using cache, which Close waits for
+	lines  wait.Lines                       // WaitN's waiters, which Close sends away
 
 	// The observer's funcs (WithObserver), nil when not observed.
 	onDecision func(tierlimit.Decision)
@@ -157,6 +159,10 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 			return nil, named(err)
 		}
 	}
+	lookup, err := check.NewLookup(cfg.limitFunc, cfg.lookup, cfg.open)
+	if err != nil {
+		return nil, named(err)
+	}
 	cache, err := ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        cfg.maxKeys * 10,
 		MaxCost:            cfg.maxKeys,
@@ -167,7 +173,7 @@ func New(limit tierlimit.Limit, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: %w: %v", tierlimit.ErrInvalidOption, err)
 	}
-	l := &Limiter{limitFunc: cfg.limitFunc, clock: cfg.clock, cache: cache, hot: front.New[entry](cfg.maxKeys), start: time.Now()}
+	l := &Limiter{lookup: lookup, clock: cfg.clock, cache: cache, hot: front.New[entry](cfg.maxKeys), start: time.Now()}
 	l.epoch = l.start.UnixNano()
 	_, l.mono = cfg.clock.(tierlimit.SystemClock)
 	if o := cfg.observer; o != nil {
@@ -270,8 +276,11 @@ func (l *Limiter) allowN(res *tierlimit.Result, key string, n int64) error {
 	if l.gate.Closed() {
 		return tierlimit.ErrClosed
 	}
-	limit := l.limitOf(key)
-	if limit == tierlimit.Blocked {
+	limit, err := l.limitOf(key)
+	if err != nil {
+		return err
+	}
+	if limit.IsBlocked() {
 		if err := checkBlockedCost(key, n); err != nil {
 			return err
 		}
@@ -328,8 +337,11 @@ func (l *Limiter) allowAtMost(key string, n int64) (int64, tierlimit.Result, err
 	if l.gate.Closed() {
 		return 0, tierlimit.Result{}, tierlimit.ErrClosed
 	}
-	limit := l.limitOf(key)
-	if limit == tierlimit.Blocked {
+	limit, err := l.limitOf(key)
+	if err != nil {
+		return 0, tierlimit.Result{}, err
+	}
+	if limit.IsBlocked() {
 		return 0, blocked, nil
 	}
 	now := l.nanos()

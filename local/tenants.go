@@ -34,30 +34,66 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	})
 }
 
-// limitOf returns key's limit: the LimitFunc's answer, or the default.
-// The answer is not validated here: a bucket checks a limit when it
-// changes to it, and tierlimit.Blocked is the callers' to test.
-func (l *Limiter) limitOf(key string) tierlimit.Limit {
-	if l.limitFunc != nil {
-		if limit := l.limitFunc(key); limit != (tierlimit.Limit{}) {
-			return limit
+// WithLimitLookup gives each key its own limit as WithLimitFunc does, from
+// f, which may fail (see tierlimit.LimitLookup). A call whose key's lookup
+// fails returns an error wrapping tierlimit.ErrLimitLookup and f's error,
+// and changes nothing: the key is not decided under the default, unless
+// WithLookupFailOpen says so. f is called on every decision. It may not
+// be given with WithLimitFunc.
+func WithLimitLookup(f tierlimit.LimitLookup) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("local: %w: nil limit lookup", tierlimit.ErrInvalidOption)
 		}
-	}
-	return *l.def.Load()
+		c.lookup = f
+		return nil
+	})
 }
 
-// LimitFor returns the limit key is decided under: WithLimitFunc's answer
-// for it, or the default (Limit) when there is none or it is the zero
-// Limit; tierlimit.Blocked for a key the function blocks. It returns an
-// error wrapping tierlimit.ErrInvalidKey for a bad key and
-// tierlimit.ErrInvalidLimit for an answer that is neither Blocked nor
-// valid. It asks the function, and nothing else: it changes nothing.
+// WithLookupFailOpen decides a key whose WithLimitLookup lookup fails
+// under the default limit (Limit), as if the lookup had answered the zero
+// Limit, instead of returning an error (the default: fail closed). It
+// needs WithLimitLookup.
+func WithLookupFailOpen() Option {
+	return optionFunc(func(c *config) error {
+		c.open = true
+		return nil
+	})
+}
+
+// limitOf returns key's limit: the lookup's answer, or the default. The
+// answer is not validated here: a bucket checks a limit when it changes
+// to it, and tierlimit.Blocked is the callers' to test. Its error is a
+// failed lookup's (check.Lookup).
+func (l *Limiter) limitOf(key string) (tierlimit.Limit, error) {
+	if l.lookup.Set() {
+		limit, err := l.lookup.Limit(key)
+		if err != nil {
+			return tierlimit.Limit{}, err
+		}
+		if limit != (tierlimit.Limit{}) {
+			return limit, nil
+		}
+	}
+	return *l.def.Load(), nil
+}
+
+// LimitFor returns the limit key is decided under: WithLimitFunc's (or
+// WithLimitLookup's) answer for it, or the default (Limit) when there is
+// none or it is the zero Limit; tierlimit.Blocked for a key the function
+// blocks. It returns an error wrapping tierlimit.ErrInvalidKey for a bad
+// key, tierlimit.ErrInvalidLimit for an answer that is neither Blocked nor
+// valid, and tierlimit.ErrLimitLookup for a failed lookup. It asks the
+// function, and nothing else: it changes nothing.
 func (l *Limiter) LimitFor(key string) (tierlimit.Limit, error) {
 	if err := check.Key(key); err != nil {
 		return tierlimit.Limit{}, named(err)
 	}
-	limit := l.limitOf(key)
-	if limit == tierlimit.Blocked {
+	limit, err := l.limitOf(key)
+	if err != nil {
+		return tierlimit.Limit{}, named(err)
+	}
+	if limit.IsBlocked() {
 		return limit, nil
 	}
 	if err := limit.Validate(); err != nil {
@@ -130,8 +166,12 @@ func (l *Limiter) allowAll(takes []tierlimit.Take) (tierlimit.Result, error) {
 	xt := make([]xrate.Take, len(merged))
 	isBlocked := false
 	for i, t := range merged {
-		xt[i] = xrate.Take{Limit: l.limitOf(t.Key), N: t.N}
-		if xt[i].Limit == tierlimit.Blocked {
+		limit, err := l.limitOf(t.Key)
+		if err != nil {
+			return tierlimit.Result{}, err
+		}
+		xt[i] = xrate.Take{Limit: limit, N: t.N}
+		if limit.IsBlocked() {
 			isBlocked = true
 			continue
 		}
@@ -183,7 +223,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
-	if limit == tierlimit.Blocked {
+	if limit.IsBlocked() {
 		err = checkBlockedCost(key, n)
 	} else if err = limit.CheckCost(n); err != nil {
 		err = keyError(key, err)
@@ -202,13 +242,15 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // (the events happened: Settle never refuses, and tokens really used are
 // not forgiven). A key in debt is denied every cost, peeks included, until
 // its rate has repaid the debt: RetryAfter counts it, exactly, as does
-// ResetAfter; Remaining is 0. It returns the key's Result after the correction, Allowed. For a key
+// ResetAfter; Remaining is 0. used may exceed the burst (an upload larger
+// than the bucket): what the floor cuts off is the Result's Uncharged, the
+// rest is charged. It returns the key's Result after the correction, Allowed. For a key
 // WithLimitFunc's function blocks, Settle changes nothing and returns the
 // blocked Result (not Allowed, Limit tierlimit.Blocked). ctx is accepted
 // and ignored.
 //
 // Errors wrap tierlimit.ErrInvalidKey, tierlimit.ErrInvalidCost (charged
-// or used outside [0, the key's burst]) or tierlimit.ErrInvalidLimit (a bad
+// outside [0, the key's burst], or used negative) or tierlimit.ErrInvalidLimit (a bad
 // limit from WithLimitFunc's function), and change nothing; after Close it
 // returns tierlimit.ErrClosed.
 func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (tierlimit.Result, error) {
@@ -216,7 +258,7 @@ func (l *Limiter) Settle(_ context.Context, key string, charged, used int64) (ti
 	if err != nil {
 		return res, named(err)
 	}
-	if used == 0 && charged > 0 && res.Limit != tierlimit.Blocked && l.onGiveBack != nil {
+	if used == 0 && charged > 0 && !res.Limit.IsBlocked() && l.onGiveBack != nil {
 		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceLocal, N: charged, Limit: res.Limit})
 	}
 	return res, err
@@ -231,8 +273,11 @@ func (l *Limiter) settle(key string, charged, used int64) (tierlimit.Result, err
 		return tierlimit.Result{}, tierlimit.ErrClosed
 	}
 	defer l.gate.Exit(h)
-	limit := l.limitOf(key)
-	if limit == tierlimit.Blocked {
+	limit, err := l.limitOf(key)
+	if err != nil {
+		return tierlimit.Result{}, err
+	}
+	if limit.IsBlocked() {
 		if err := checkBlockedCost(key, min(charged, used)); err != nil {
 			return tierlimit.Result{}, err
 		}

@@ -10,7 +10,9 @@
 --           settle mode a signed change) and limit "p:rate": period in µs,
 --           events per window
 --
--- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}
+-- (granted: settling, the most of a positive cost an entry could not count,
+-- the window being full; else as tokenbucket.lua says).
 -- A denied request can succeed when its window ends: retry_us is the time
 -- left until then. Settling adds the cost to the window's count, kept
 -- within [0, rate] (a positive one opens a window if none runs); it is
@@ -65,11 +67,13 @@ if partial then
 end
 
 local reply = {allowed, granted}
+local uncharged = 0 -- settling: the most of a cost a window could not count
 for i = 1, n do
   local c = cnt[i]
   local left = start[i] + p[i] - now
   local retry = 0
   if settle then
+    uncharged = math.max(uncharged, c + cost[i] - rate[i])
     c = math.min(math.max(c + cost[i], 0), rate[i])
   elseif allowed == 1 then
     c = c + cost[i]
@@ -85,4 +89,5 @@ for i = 1, n do
   reply[#reply + 1] = retry
   reply[#reply + 1] = reset
 end
+if settle then reply[2] = uncharged end
 return reply

@@ -9,7 +9,9 @@
 -- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
 --           change) and limit "p:rate": period in µs, events per window
 --
--- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}
+-- (granted: settling, the most of a positive cost an entry could not count,
+-- the window being full; else as tokenbucket.lua says).
 -- A denied request can succeed when its window ends: retry_us is that wait.
 -- Settling adds the cost to the window's count, kept within [0, rate]; it
 -- is never denied.
@@ -63,10 +65,12 @@ if partial then
 end
 
 local reply = {allowed, granted}
+local uncharged = 0 -- settling: the most of a cost a window could not count
 for i = 1, n do
   local c = cnt[i]
   local retry = 0
   if settle then
+    uncharged = math.max(uncharged, c + cost[i] - rate[i])
     c = math.min(math.max(c + cost[i], 0), rate[i])
   elseif allowed == 1 then
     c = c + cost[i]
@@ -82,4 +86,5 @@ for i = 1, n do
   reply[#reply + 1] = retry
   reply[#reply + 1] = reset
 end
+if settle then reply[2] = uncharged end
 return reply

@@ -14,7 +14,8 @@
 --           tolerance tau = cap × T as ti + tf/per µs (0 <= tf < per), cap
 --           the capacity in tokens
 --
--- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}
+-- (granted: in mode "1", what was left uncharged, below).
 --
 -- A request of cost n >= 0 is allowed by entry i when max(TAT, now) + n·T -
 -- now <= tau (a cost of 0 peeks: allowed unless TAT is past now + tau, a
@@ -24,7 +25,9 @@
 -- the debt counted; reset_us the µs until TAT.
 -- Settling moves TAT by n·T, forward at most to now + 2·tau (a level of
 -- -cap: debt, which a refill repays before anything is admitted), back at
--- most to now (full); it is never denied.
+-- most to now (full); it is never denied. What that bound cuts off a cost,
+-- cost - (k + cap) with k the level's whole tokens (debt rounded up), is
+-- uncharged: the reply's granted is the most of any entry.
 -- Granting part (AllowAtMost, every entry's cost the same n >= 1): granted
 -- is the least of n and every entry's remaining, and TAT moves by
 -- granted·T, allowed 1; when some entry has no whole token left, granted
@@ -42,6 +45,7 @@
 local now = now_us()
 local settle = ARGV[2] == '1'
 local partial = ARGV[2] == '2'
+local uncharged = 0 -- settling: the most an entry's bound cut off
 
 -- carry returns x + xf/per with 0 <= xf < per, for 0 <= xf < 2·per.
 local function carry(x, xf, per)
@@ -106,6 +110,8 @@ for i = 1, n do
       -- At most to now + 2·tau: TAT + c·T, the level less c, floored at
       -- -cap; never back (a clock behind the last write's may see TAT
       -- past now + 2·tau already).
+      local k = math.min(tokens(v, f, unit[i], per[i], ti[i], tf[i]), cap[i]) - owed(v, f, unit[i], per[i], ti[i], tf[i])
+      uncharged = math.max(uncharged, math.min(c, c - (k + cap[i])))
       local x, xf = later(v, f, c, unit[i], per[i])
       local lt, lf = carry(now + 2 * ti[i], 2 * tf[i], per[i])
       if lt < v or lt == v and lf < f then lt, lf = v, f end
@@ -165,4 +171,5 @@ for i = 1, n do
   reply[#reply + 1] = retry
   reply[#reply + 1] = reset
 end
+if settle then reply[2] = uncharged end
 return reply

@@ -25,7 +25,9 @@
 -- ARGV[1+2i], ARGV[2+2i] entry i's cost (0 peeks; in settle mode a signed
 --            change) and limit "p:rate": period in µs, events per period
 --
--- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}
+-- (granted: settling, the most of a positive cost an entry could not count,
+-- the window being full; else as tokenbucket.lua says).
 -- retry_us is when enough of the oldest entries leave the window for the
 -- request to fit: exact. Settling adds a positive cost as an entry, up to
 -- what fits the rate; a negative one comes off the newest entries (whole
@@ -211,12 +213,14 @@ if partial then
 end
 
 local reply = {allowed, granted}
+local uncharged = 0 -- settling: the most of a cost a log could not count
 for i = 1, n do
   local zs = KEYS[2 * i - 1]
   local retry = 0
   local add_cost = 0
   if settle and cost[i] > 0 then
     add_cost = math.max(0, math.min(cost[i], rate[i] - sum[i]))
+    uncharged = math.max(uncharged, cost[i] - add_cost)
   elseif settle and cost[i] < 0 and sum[i] > 0 then
     sum[i], first[i], fcost[i], unit[i] = takeback(zs, math.min(-cost[i], sum[i]), sum[i], first[i], fcost[i], unit[i])
     dirty[i] = true
@@ -244,4 +248,5 @@ for i = 1, n do
   reply[#reply + 1] = retry
   reply[#reply + 1] = reset
 end
+if settle then reply[2] = uncharged end
 return reply

@@ -18,7 +18,9 @@
 -- and k = ceil((period - elapsed) / q): never less than the exact weight, so
 -- the grain can only under-admit.
 --
--- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}.
+-- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}
+-- (granted: settling, the most of a positive cost an entry could not count,
+-- the window being full; else as tokenbucket.lua says).
 -- retry_us is exact for this arithmetic: the first µs at which the request
 -- fits. Settling adds a positive cost to the current count, up to what
 -- fits the rate; a negative one comes off the current count, then the
@@ -102,11 +104,14 @@ local function fits(i, pc, room, wstart)
 end
 
 local reply = {allowed, granted}
+local uncharged = 0 -- settling: the most of a cost a window could not count
 for i = 1, n do
   local c, pc = cur[i], prev[i]
   local retry = 0
   if settle and cost[i] >= 0 then
-    c = c + math.max(0, math.min(cost[i], rate[i] - est[i]))
+    local add = math.max(0, math.min(cost[i], rate[i] - est[i]))
+    uncharged = math.max(uncharged, cost[i] - add)
+    c = c + add
   elseif settle then
     local back = -cost[i]
     local fromc = math.min(back, c)
@@ -138,4 +143,5 @@ for i = 1, n do
   reply[#reply + 1] = retry
   reply[#reply + 1] = reset
 end
+if settle then reply[2] = uncharged end
 return reply

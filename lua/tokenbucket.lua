@@ -15,8 +15,8 @@
 --           refilled per µs), cap (capacity in tokens)
 --
 -- Reply: {allowed, granted, then per entry: remaining, retry_us, reset_us}
--- (granted is 0 but in mode "2"; remaining is k, negative in debt: the
--- caller reports at least 0).
+-- (granted is 0 but in mode "2", and in mode "1" what was left uncharged,
+-- below; remaining is k, negative in debt: the caller reports at least 0).
 -- Deciding, allowed is 1 when every entry has its cost (a cost of 0: when
 -- no entry is in debt); retry_us is the wait after which it has (0 when
 -- allowed); reset_us the wait until full. Both are exact: the first µs at
@@ -24,6 +24,8 @@
 -- cost takes tokens, below empty into debt if the level lacks them, down
 -- to -cap at most (a key in debt is denied until the refill repays it), a
 -- negative one gives them back up to full at most; it is never denied.
+-- What the floor cuts off a cost, cost - (k + cap) with k the whole tokens
+-- before, is uncharged: the reply's granted is the most of any entry.
 -- Granting part (AllowAtMost, every entry's cost the same n >= 1): granted
 -- is the least of n and every entry's whole tokens, taken from every entry,
 -- allowed 1; when some entry holds less than one whole token (a part of
@@ -81,6 +83,7 @@ if partial then
 end
 
 local reply = {allowed, granted}
+local uncharged = 0
 for i = 1, n do
   local unit, per, cap = tb_limit(lim[i])
   local k, r = lk[i], lr[i]
@@ -93,6 +96,7 @@ for i = 1, n do
   if take < 0 and k - take >= cap then
     k, r = cap, 0
   elseif k - take < -cap then
+    uncharged = math.max(uncharged, take - (k + cap))
     k, r = -cap, 0 -- the deepest debt
   else
     k = k - take
@@ -114,4 +118,5 @@ for i = 1, n do
   reply[#reply + 1] = retry
   reply[#reply + 1] = reset
 end
+if settle then reply[2] = uncharged end
 return reply

@@ -65,3 +65,21 @@ func TestLimitFor(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitLookup: on every algorithm, a failing LimitLookup fails closed
+// without a call to Redis, or open to the default with WithLookupFailOpen.
+func TestLimitLookup(t *testing.T) {
+	b := miniBackend(t)
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			var lk tenanttest.Lookup
+			closed := newTenant(t, alg.new, b.rdb, tenanttest.Default, WithLimitLookup(lk.Limit), WithPrefix("closed:"))
+			tenanttest.CheckLookupFails(t, closed, &lk, "down", "up")
+			if n, err := b.rdb.Exists(context.Background(), closed.engine().Keys("down")...).Result(); n != 0 || err != nil {
+				t.Errorf("Redis holds %d keys of the key whose lookup failed (%v), want 0", n, err)
+			}
+			open := newTenant(t, alg.new, b.rdb, tenanttest.Default, WithLimitLookup(lk.Limit), WithLookupFailOpen(), WithPrefix("open:"))
+			tenanttest.CheckLookupFailsOpen(t, open, &lk, "down", tenanttest.Default)
+		})
+	}
+}

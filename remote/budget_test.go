@@ -737,3 +737,38 @@ func TestAllowAtMostExact(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleUncharged: on every algorithm, with two limits on a key (10/s
+// and WithLimits' 30/min), at a frozen instant, a Settle above a limit's
+// room charges what each limit can take and reports the most any of them
+// could not as Uncharged.
+func TestSettleUncharged(t *testing.T) {
+	tests := []struct {
+		charged, used    int64
+		bucket, windowed int64 // Uncharged
+	}{
+		// 10/s: room 20 (buckets) or 10 (windows); 30/min: 60 or 30.
+		{0, 25, 5, 15},
+		// 10/s: none; 30/min: 35 (level 5) or 5 (count 25).
+		{0, 50, 50, 50},
+		{0, 0, 0, 0},
+		{2, 1, 0, 0}, // a give-back: nothing uncharged
+	}
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			b := miniBackend(t)
+			b.set(t0)
+			l := newTenant(t, alg.new, b.rdb, tierlimit.PerSecond(10), WithLimits(tierlimit.PerMinute(30)))
+			for i, tt := range tests {
+				want := tt.bucket
+				if alg.windowed {
+					want = tt.windowed
+				}
+				r, err := l.Settle(context.Background(), "k", tt.charged, tt.used)
+				if err != nil || !r.Allowed || r.Uncharged != want {
+					t.Errorf("step %d: Settle(%d, %d) = %+v, %v; want Allowed, Uncharged %d", i, tt.charged, tt.used, r, err, want)
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -173,4 +175,28 @@ func ExampleTokenBucket_AllowAtMost() {
 	// 100 50 0s
 	// 50 0 0s
 	// 0 0 100ms
+}
+
+// ExampleSlogLogger routes go-redis's own log lines, such as the one of
+// each failed dial while Redis is down, into the service's slog.Logger.
+func ExampleSlogLogger() {
+	// The service's logger: here text on standard output, without the time.
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	// Once, in main, before any client is made: go-redis has one logger.
+	redis.SetLogger(remote.SlogLogger{Logger: logger})
+	defer redis.SetLogger(remote.SlogLogger{}) // this example only: back to slog.Default()
+
+	// A Redis nobody listens on: one dial, one line.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	defer rdb.Close()
+	_ = rdb.Ping(context.Background()).Err()
+	// Output:
+	// level=WARN msg="redis: connection pool: failed to dial after 1 attempts: dial tcp 127.0.0.1:1: connect: connection refused" logger=go-redis
 }

@@ -154,8 +154,12 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // every cost, peeks included, with a RetryAfter (and ResetAfter) that
 // counts the debt exactly, until the rate has repaid it; Remaining is
 // never negative. The window algorithms keep no debt: their count stays
-// within [0, Rate], so what the window lacks is forgiven. Both must be between 0 and the key's capacity, else
-// tierlimit.ErrInvalidCost. The Result is Allowed, with Remaining after;
+// within [0, Rate], so what the window lacks is forgiven. used may exceed
+// the capacity (an upload larger than the bucket): what a limit could not
+// take, past its floor or its full window, is the Result's Uncharged (the
+// most of any of the key's limits), the rest is charged. charged must be
+// between 0 and the key's capacity (it was admitted), used at least 0,
+// else tierlimit.ErrInvalidCost. The Result is Allowed, with Remaining after;
 // for a key WithLimitFunc's function blocks, Settle changes nothing and
 // returns the blocked Result (not Allowed, Limit tierlimit.Blocked).
 func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 
@@ -23,5 +24,13 @@ func TestLogger(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestSlogLogger: a go-redis line reaches SlogLogger's Logger, or
+// slog.Default() without one, as a warning, and nothing else does.
+func TestSlogLogger(t *testing.T) {
+	logtest.Check(t, 1, []string{"level=WARN", `msg="redis: failed to dial after 3 attempts"`, "logger=go-redis"}, func(logger *slog.Logger) {
+		SlogLogger{Logger: logger}.Printf(context.Background(), "redis: failed to dial after %d attempts\n", 3)
 	})
 }

@@ -90,6 +90,33 @@ func WithLimitFunc(f tierlimit.LimitFunc) Option {
 	})
 }
 
+// WithLimitLookup gives each key its own limit as WithLimitFunc does, from
+// f, which may fail (see tierlimit.LimitLookup), asked on every decision.
+// A call whose key's lookup fails returns an error wrapping
+// tierlimit.ErrLimitLookup and f's error, before any call to Redis: the
+// key is neither charged nor decided under the default, unless
+// WithLookupFailOpen says so. It may not be given with WithLimitFunc.
+func WithLimitLookup(f tierlimit.LimitLookup) Option {
+	return optionFunc(func(c *store.Config) error {
+		if f == nil {
+			return fmt.Errorf("remote: %w: nil LimitLookup", tierlimit.ErrInvalidOption)
+		}
+		c.LimitLookup = f
+		return nil
+	})
+}
+
+// WithLookupFailOpen decides a key whose WithLimitLookup lookup fails
+// under the constructor's limit, as if the lookup had answered the zero
+// Limit, instead of returning an error (the default: fail closed). It
+// needs WithLimitLookup.
+func WithLookupFailOpen() Option {
+	return optionFunc(func(c *store.Config) error {
+		c.LookupFailOpen = true
+		return nil
+	})
+}
+
 // WithObserver reports to o each decision of Allow, AllowN and AllowAll
 // (Source remote), each round trip to Redis, by Op ("allow" for Allow,
 // AllowN and each call of AllowAll, "settle" for Settle and AllowAll's

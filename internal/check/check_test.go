@@ -82,3 +82,68 @@ func TestNamed(t *testing.T) {
 		t.Errorf("Named(remote, context.Canceled) = %#v, want context.Canceled itself", got)
 	}
 }
+
+// TestLookup: a lookup's failure is an error wrapping ErrLimitLookup and
+// the lookup's own error (fail closed), or the default when the lookup
+// fails open; bad combinations of options are ErrInvalidOption.
+func TestLookup(t *testing.T) {
+	errDown := errors.New("plans down")
+	plan := tierlimit.PerMinute(7)
+	ok := func(string) (tierlimit.Limit, error) { return plan, nil }
+	failing := func(string) (tierlimit.Limit, error) { return tierlimit.PerSecond(1), errDown }
+	fn := func(string) tierlimit.Limit { return plan }
+	tests := []struct {
+		name    string
+		f       tierlimit.LimitFunc
+		lookup  tierlimit.LimitLookup
+		open    bool
+		want    tierlimit.Limit
+		wantErr []error // nil: no error
+	}{
+		{"LimitFunc", fn, nil, false, plan, nil},
+		{"lookup answers", nil, ok, false, plan, nil},
+		{"lookup answers, fail open", nil, ok, true, plan, nil},
+		{"lookup fails closed", nil, failing, false, tierlimit.Limit{}, []error{tierlimit.ErrLimitLookup, errDown}},
+		{"lookup fails open", nil, failing, true, tierlimit.Limit{}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lk, err := NewLookup(tc.f, tc.lookup, tc.open)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !lk.Set() {
+				t.Fatal("Set() = false, want true")
+			}
+			got, err := lk.Limit("k")
+			if got != tc.want {
+				t.Errorf("Limit(k) = %v, want %v", got, tc.want)
+			}
+			if tc.wantErr == nil && err != nil {
+				t.Errorf("Limit(k) error %v, want none", err)
+			}
+			for _, target := range tc.wantErr {
+				if !errors.Is(err, target) {
+					t.Errorf("Limit(k) error %v, want one wrapping %v", err, target)
+				}
+			}
+		})
+	}
+	for _, bad := range []struct {
+		name   string
+		f      tierlimit.LimitFunc
+		lookup tierlimit.LimitLookup
+		open   bool
+	}{
+		{"both", fn, ok, false},
+		{"fail open without a lookup", nil, nil, true},
+		{"fail open with a LimitFunc", fn, nil, true},
+	} {
+		if _, err := NewLookup(bad.f, bad.lookup, bad.open); !errors.Is(err, tierlimit.ErrInvalidOption) {
+			t.Errorf("NewLookup of %s: error %v, want ErrInvalidOption", bad.name, err)
+		}
+	}
+	if lk, err := NewLookup(nil, nil, false); err != nil || lk.Set() {
+		t.Errorf("NewLookup(nil, nil, false) = Set %v, %v; want not Set, no error", lk.Set(), err)
+	}
+}

@@ -191,8 +191,10 @@ func (l *Limiter) undo(ctx context.Context, groups []*group) error {
 // each of the key's limits, in one round trip: the token bucket and GCRA
 // take it into debt below empty, down to minus the capacity, which their
 // refill repays before the key is admitted again; the window algorithms
-// keep no debt (a count stays within [0, rate]).
-// Both must be between 0 and the key's capacity (ErrInvalidCost). The
+// keep no debt (a count stays within [0, rate]). What a limit could not
+// take (its floor, or its full window) is the Result's Uncharged, the
+// most of any limit. charged must be between 0 and the key's capacity,
+// used at least 0 (ErrInvalidCost). The
 // Result is Allowed, with Remaining after the correction; for a key
 // Config.LimitFunc blocks, Settle changes nothing and returns
 // blockedResult (not Allowed).
@@ -204,15 +206,26 @@ func (l *Limiter) Settle(ctx context.Context, key string, charged, used int64) (
 	if err != nil {
 		return tierlimit.Result{}, err
 	}
-	if err := p.checkCost(used); err != nil {
-		return tierlimit.Result{}, err
+	if used < 0 {
+		return tierlimit.Result{}, fmt.Errorf("%w: used %d must be >= 0", tierlimit.ErrInvalidCost, used)
 	}
 	if p == blockedPlan {
 		return blockedResult, nil
 	}
+	// No limit can take more than twice its capacity (from full to the
+	// floor): the scripts get at most that, which keeps their arithmetic
+	// exact, and what they could not have taken anyway is uncharged.
+	d, most := used-charged, int64(0)
+	for _, lim := range p.limits {
+		most = max(most, 2*l.alg.capacity(lim))
+	}
+	sent := min(d, most)
 	start := l.start()
-	res, _, err := l.run(ctx, l.Keys(key), l.args(modeSettle, p, used-charged), p.limits)
+	res, uncharged, err := l.run(ctx, l.Keys(key), l.args(modeSettle, p, sent), p.limits)
 	l.reportCall("settle", start, err)
+	if err == nil && d > 0 {
+		res.Uncharged = uncharged + d - sent
+	}
 	if err == nil && used == 0 && charged > 0 && l.onGiveBack != nil {
 		l.onGiveBack(tierlimit.GiveBack{Source: tierlimit.SourceRemote, N: charged, Limit: p.limits[0]})
 	}

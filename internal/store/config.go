@@ -32,6 +32,11 @@ type Config struct {
 	// New's, per decision (AllowN, AllowAll, Settle); its zero Limit means
 	// New's. The extras apply to every key.
 	LimitFunc tierlimit.LimitFunc
+	// LimitLookup is LimitFunc's alternative that may fail (not both):
+	// a failure is an error wrapping tierlimit.ErrLimitLookup, or with
+	// LookupFailOpen the default.
+	LimitLookup    tierlimit.LimitLookup
+	LookupFailOpen bool
 
 	// Hold, if not zero, gives a TokenBucket a ledger of the tokens leased
 	// to holders (Claim.Holder), kept Hold after a holder's last grant

@@ -68,13 +68,17 @@ func (l *Limiter) prepare(key string, n int64) (*plan, error) {
 
 // planOf returns the plan of key: the default's, or with Config.LimitFunc
 // the plan of its answer (blockedPlan for tierlimit.Blocked). A bad answer
-// is an error wrapping tierlimit.ErrInvalidLimit.
+// is an error wrapping tierlimit.ErrInvalidLimit, a failed lookup one
+// wrapping tierlimit.ErrLimitLookup (Config.LimitLookup).
 func (l *Limiter) planOf(key string) (*plan, error) {
-	if l.fn == nil {
+	if !l.fn.Set() {
 		return l.def, nil
 	}
-	lim := l.fn(key)
-	if lim == tierlimit.Blocked {
+	lim, err := l.fn.Limit(key)
+	if err != nil {
+		return nil, err
+	}
+	if lim.IsBlocked() {
 		return blockedPlan, nil
 	}
 	p, err := l.planFor(lim)

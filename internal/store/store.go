@@ -37,9 +37,9 @@ import (
 type Limiter struct {
 	rdb   redis.UniversalClient
 	alg   *Algorithm
-	def   *plan               // the default limit and the extras
-	fn    tierlimit.LimitFunc // nil: every key has the default
-	bases []string            // per position: prefix, algorithm, position, up to the hash tag
+	def   *plan        // the default limit and the extras
+	fn    check.Lookup // not Set: every key has the default
+	bases []string     // per position: prefix, algorithm, position, up to the hash tag
 	clock tierlimit.Clock
 	hold  int64 // a ledger's hold in µs (Config.Hold)
 
@@ -158,7 +158,11 @@ func build(alg *Algorithm, limit tierlimit.Limit, cfg Config) (*Limiter, error) 
 	if cfg.Hold != 0 {
 		alg = ledger()
 	}
-	l := &Limiter{alg: alg, clock: cfg.Clock, fn: cfg.LimitFunc, hold: cfg.Hold.Microseconds()}
+	fn, err := check.NewLookup(cfg.LimitFunc, cfg.LimitLookup, cfg.LookupFailOpen)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{alg: alg, clock: cfg.Clock, fn: fn, hold: cfg.Hold.Microseconds()}
 	limits := append([]tierlimit.Limit{limit}, cfg.Extra...)
 	for i, lim := range limits {
 		if err := alg.check(lim); err != nil {

@@ -100,7 +100,7 @@ func (ls *Lines) head(ctx context.Context, key string, ln *line, done <-chan str
 		if err != nil || res.Allowed {
 			return res, err
 		}
-		if res.Limit == tierlimit.Blocked {
+		if res.Limit.IsBlocked() {
 			return res, fmt.Errorf("%w: key %q is blocked (tierlimit.Blocked): no wait ends", tierlimit.ErrWaitDeadline, key)
 		}
 		pause := max(res.RetryAfter, minPause)

@@ -69,10 +69,12 @@ func (b *Bucket) check(limit tierlimit.Limit, n int64) error {
 // (the events happened: it is never refused, and the tokens they used are
 // not forgiven). A Bucket in debt denies every cost, peeks included, until
 // its refill has repaid the debt: RetryAfter and ResetAfter count it, and
-// Remaining is 0. b follows limit first, as in DecideLimit. It returns the
-// Result after the correction, Allowed, or an error wrapping
-// tierlimit.ErrInvalidLimit, or tierlimit.ErrInvalidCost when charged or
-// used is outside [0, the limit's capacity]; b is then unchanged.
+// Remaining is 0. What the floor cuts off is the Result's Uncharged: used
+// may be any count from 0, above the capacity too. b follows limit first,
+// as in DecideLimit. It returns the Result after the correction, Allowed,
+// or an error wrapping tierlimit.ErrInvalidLimit, or
+// tierlimit.ErrInvalidCost when charged is outside [0, the limit's
+// capacity] or used is negative; b is then unchanged.
 func (b *Bucket) Settle(t time.Time, limit tierlimit.Limit, charged, used int64) (tierlimit.Result, error) {
 	now := t.UnixNano()
 	b.mu.Lock()
@@ -80,13 +82,20 @@ func (b *Bucket) Settle(t time.Time, limit tierlimit.Limit, charged, used int64)
 	if err := b.check(limit, charged); err != nil {
 		return tierlimit.Result{}, err
 	}
-	if err := limit.CheckCost(used); err != nil {
-		return tierlimit.Result{}, err
+	if used < 0 {
+		return tierlimit.Result{}, fmt.Errorf("%w: used %d must be >= 0", tierlimit.ErrInvalidCost, used)
 	}
 	b.follow(now, limit)
-	// Whole tokens and the correction are within [-cap, cap]: no overflow.
-	b.setWhole(b.whole() + charged - used)
-	res := tierlimit.Result{Allowed: true, Limit: b.limit, Source: tierlimit.SourceLocal}
+	// d is at least -cap (charged <= cap, used >= 0), and room, what the
+	// whole tokens may fall before the floor, within [0, 2·cap]: no
+	// overflow. Past room the level is the floor, its part-token gone.
+	w, d := b.whole(), used-charged
+	res := tierlimit.Result{Allowed: true, Source: tierlimit.SourceLocal}
+	if room := w + int64(b.cap); d > room {
+		res.Uncharged, d = d-room, room+1
+	}
+	b.setWhole(w - d)
+	res.Limit = b.limit
 	b.result(&res, now)
 	return res, nil
 }

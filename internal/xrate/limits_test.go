@@ -397,20 +397,28 @@ func TestSettle(t *testing.T) {
 		charged, used int64
 		tokens, units int64
 		reset         time.Duration
+		uncharged     int64
 	}{
-		{0, 5, 3, 4, 0, 600 * time.Millisecond},
-		{0, 3, 3, 4, 0, 600 * time.Millisecond},
-		{50 * time.Millisecond, 2, 5, 1, 50_000, 850 * time.Millisecond},
+		{0, 5, 3, 4, 0, 600 * time.Millisecond, 0},
+		{0, 3, 3, 4, 0, 600 * time.Millisecond, 0},
+		{50 * time.Millisecond, 2, 5, 1, 50_000, 850 * time.Millisecond, 0},
 		// 1.5 - 9: 7.5 in debt, 17.5 tokens from full (was: floored at 0).
-		{50 * time.Millisecond, 0, 9, -8, 50_000, 1750 * time.Millisecond},
-		{50 * time.Millisecond, 10, 0, 2, 50_000, 750 * time.Millisecond},
-		{50 * time.Millisecond, 10, 0, 10, 0, 0},
-		{60 * time.Millisecond, 0, 4, 6, 0, 400 * time.Millisecond},
-		{60 * time.Millisecond, 0, 10, -4, 0, 1400 * time.Millisecond},
-		// -14 floors at -10, the capacity.
-		{60 * time.Millisecond, 0, 10, -10, 0, 2 * time.Second},
-		{160 * time.Millisecond, 0, 0, -9, 0, 1900 * time.Millisecond},
-		{1160 * time.Millisecond, 3, 2, 2, 0, 800 * time.Millisecond},
+		{50 * time.Millisecond, 0, 9, -8, 50_000, 1750 * time.Millisecond, 0},
+		{50 * time.Millisecond, 10, 0, 2, 50_000, 750 * time.Millisecond, 0},
+		{50 * time.Millisecond, 10, 0, 10, 0, 0, 0},
+		{60 * time.Millisecond, 0, 4, 6, 0, 400 * time.Millisecond, 0},
+		{60 * time.Millisecond, 0, 10, -4, 0, 1400 * time.Millisecond, 0},
+		// -14 floors at -10, the capacity: 4 uncharged.
+		{60 * time.Millisecond, 0, 10, -10, 0, 2 * time.Second, 4},
+		{160 * time.Millisecond, 0, 0, -9, 0, 1900 * time.Millisecond, 0},
+		{1160 * time.Millisecond, 3, 2, 2, 0, 800 * time.Millisecond, 0},
+		// A use above the capacity: 13 - 1 = 12 is the room, 2 + 10: all charged.
+		{1160 * time.Millisecond, 1, 13, -10, 0, 2 * time.Second, 0},
+		// From a part-token above the floor: the part goes too, and the
+		// whole room (-10 + 10 = 0) leaves all 1 000 000 uncharged.
+		{1210 * time.Millisecond, 0, 1_000_000, -10, 0, 2 * time.Second, 1_000_000},
+		// Far past what a level could ever hold.
+		{1210 * time.Millisecond, 0, math.MaxInt64, -10, 0, 2 * time.Second, math.MaxInt64},
 	}
 	for i, s := range steps {
 		now := t0.Add(s.at)
@@ -419,12 +427,12 @@ func TestSettle(t *testing.T) {
 			t.Fatal(err)
 		}
 		k, u := b.Level(now)
-		if !res.Allowed || res.Remaining != max(0, s.tokens) || k != s.tokens || u != s.units || res.ResetAfter != s.reset {
-			t.Errorf("step %d: Settle(t0+%v, %d, %d) = %v, %d, reset %v, level %d+%d units; want true, %d, reset %v, level %d+%d",
-				i, s.at, s.charged, s.used, res.Allowed, res.Remaining, res.ResetAfter, k, u, max(0, s.tokens), s.reset, s.tokens, s.units)
+		if !res.Allowed || res.Remaining != max(0, s.tokens) || k != s.tokens || u != s.units || res.ResetAfter != s.reset || res.Uncharged != s.uncharged {
+			t.Errorf("step %d: Settle(t0+%v, %d, %d) = %v, %d, reset %v, uncharged %d, level %d+%d units; want true, %d, reset %v, uncharged %d, level %d+%d",
+				i, s.at, s.charged, s.used, res.Allowed, res.Remaining, res.ResetAfter, res.Uncharged, k, u, max(0, s.tokens), s.reset, s.uncharged, s.tokens, s.units)
 		}
 	}
-	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {11, 0}, {0, 11}} {
+	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {11, 0}} {
 		if _, err := b.Settle(t0, l, c[0], c[1]); !errors.Is(err, tierlimit.ErrInvalidCost) {
 			t.Errorf("Settle(%d, %d) = %v, want ErrInvalidCost", c[0], c[1], err)
 		}
