@@ -39,7 +39,7 @@ func TestSettleAboveBurst(t *testing.T) {
 	}
 	for _, tier := range tiers {
 		if !tier.clocked {
-			continue // hybrid: its own test, TestSettleAboveBurst in package hybrid
+			continue // hybrid: TestSettleAboveBurst in package hybrid, on its stepped clock
 		}
 		t.Run(tier.name, func(t *testing.T) {
 			ctx := context.Background()

@@ -4,6 +4,7 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/tierlimit/tierlimit"
@@ -17,10 +18,13 @@ import (
 // charged the difference is taken too, and what the key lacks of it is
 // debt, down to minus its Burst: the events happened, so Settle never
 // denies, and the key is denied (RetryAfter counting the debt) until its
-// rate has repaid it (docs/design.md, "Debt"). Both must be between 0 and the key's
-// Burst (tierlimit.ErrInvalidCost). charged is trusted: a give-back of
-// tokens that were never charged refills the key all the same, up to its
-// Burst.
+// rate has repaid it (docs/design.md, "Debt"). charged must be between 0
+// and the key's Burst (it was admitted), used at least 0
+// (tierlimit.ErrInvalidCost); used may pass the Burst, and what the debt
+// floor cuts off of it is the Result's Uncharged (when Redis answered the
+// take within the call budget; 0 if it did not). charged is trusted: a
+// give-back of tokens that were never charged refills the key all the
+// same, up to its Burst.
 //
 // A whole charge given back (used 0) is reported to the observer's
 // GiveBack (WithObserver).
@@ -57,10 +61,11 @@ func (l *limiter) settle(ctx context.Context, key string, charged, used int64) (
 	if p.blocked {
 		return barred(), nil // nothing to correct: the key takes nothing
 	}
-	for _, n := range [...]int64{charged, used} {
-		if err := p.checkCost(key, n); err != nil {
-			return tierlimit.Result{}, err
-		}
+	if err := p.checkCost(key, charged); err != nil {
+		return tierlimit.Result{}, err
+	}
+	if used < 0 {
+		return tierlimit.Result{}, fmt.Errorf("hybrid: %w: key %q: used %d must be >= 0", tierlimit.ErrInvalidCost, key, used)
 	}
 	h := keyHash(key)
 	if !l.keys.enter(h) {
@@ -80,11 +85,20 @@ func (l *limiter) settle(ctx context.Context, key string, charged, used int64) (
 			return l.settled(e, tierlimit.SourceLocal), nil
 		}
 		var called atomic.Bool
+		var uncharged atomic.Int64
 		called.Store(true) // until takeFromRedis says otherwise
-		l.detachKey(ctx, h, l.cfg.callBudget, func() { called.Store(l.takeFromRedis(ctx, e, rest)) })
+		l.detachKey(ctx, h, l.cfg.callBudget, func() {
+			c, u := l.takeFromRedis(ctx, e, rest)
+			uncharged.Store(u)
+			called.Store(c)
+		})
+		src := tierlimit.SourceRemote
 		if !called.Load() {
-			return l.settled(e, tierlimit.SourceLocal), nil
+			src = tierlimit.SourceLocal
 		}
+		res := l.settled(e, src)
+		res.Uncharged = uncharged.Load()
+		return res, nil
 	}
 	return l.settled(e, tierlimit.SourceRemote), nil
 }
@@ -204,18 +218,19 @@ func (l *limiter) giveToRedis(e *entry, d int64) {
 }
 
 // takeFromRedis takes d tokens from e's bucket in one call: what the
-// bucket lacks is its debt, down to minus its capacity (store.Claim.Debt).
+// bucket lacks is its debt, down to minus its capacity (store.Claim.Debt),
+// and what that floor cuts off is returned uncharged.
 // If the call fails, e owes d, charged when Redis answers again as the
 // fallback's admissions are (up to what the bucket holds then). Tokens a
 // refill landed in e's lease since the caller looked are taken first,
 // under the key lock, which refills hold until they land: it reports
 // whether Redis was called.
-func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
+func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) (called bool, uncharged int64) {
 	mu := l.keyLock(e.key)
 	mu.Lock()
 	defer mu.Unlock()
 	if d -= l.takeUpTo(e, d); d == 0 || e.stale.Load() {
-		return false
+		return false, 0
 	}
 	c := l.claimOf(e, 0, d)
 	c.Debt = true // what the bucket lacks of d is its debt
@@ -223,11 +238,14 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 	l.report(&ev)
 	l.replied(e, granted, err)
 	if err != nil {
-		e.owed.Add(d)
+		// No bucket takes more than twice its capacity, from full to
+		// its floor: past that nothing is owed.
+		most := 2 * e.policy().capacity
+		e.owed.Add(min(d, most))
 		if e.evicted.Load() {
 			l.keys.keep(e) // after the Add: see table.forget
 		}
-		return true
+		return true, max(d-most, 0)
 	}
 	// More than d granted is an earlier claim's grant whose reply was lost,
 	// handed over now (store.Claim.Received): the lease's. What is left, spent by the
@@ -248,5 +266,5 @@ func (l *limiter) takeFromRedis(ctx context.Context, e *entry, d int64) bool {
 		p := e.policy()
 		e.blockedUntil.Store(now + int64(p.refillTime(min(debt, p.capacity)+1)))
 	}
-	return true
+	return true, res.Uncharged
 }

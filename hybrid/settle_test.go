@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -260,5 +261,47 @@ func TestGiveBackCoveredByTheRecord(t *testing.T) {
 	}
 	if admitted > limit.Capacity() {
 		t.Errorf("admitted %d at one instant after the give-back, over the capacity %d", admitted, limit.Capacity())
+	}
+}
+
+// TestSettleAboveBurst: Settle accepts a used above the key's Burst,
+// takes from the lease, then from Redis into debt down to minus the
+// Burst, and reports what the floor cut off as Result.Uncharged (the
+// script is sent at most twice the capacity; the rest is uncharged
+// without a look); a negative used, or a charged above the Burst, is
+// ErrInvalidCost. At one frozen instant on miniredis, as the root
+// package's TestSettleAboveBurst for the other tiers.
+func TestSettleAboveBurst(t *testing.T) {
+	e := newEnv(t)
+	l := e.limiter(t, tierlimit.PerSecond(10))
+	for i, s := range []struct {
+		reset         bool
+		charged, used int64
+		want          int64 // Uncharged
+		level         int64 // Redis's level after, as a plain bucket reads it (0 in debt)
+	}{
+		{used: 25, want: 5},              // full: 10 then 10 into debt, 5 cut
+		{used: 3, want: 3},               // at the floor
+		{charged: 3, used: 3},            // nothing to correct
+		{reset: true, used: 12, want: 0}, // 10 then 2 into debt
+		{reset: true, used: math.MaxInt64, want: math.MaxInt64 - 20},
+	} {
+		if s.reset {
+			if err := l.Reset(e.ctx, "u"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := l.Settle(e.ctx, "u", s.charged, s.used)
+		if err != nil || !r.Allowed || r.Uncharged != s.want {
+			t.Errorf("step %d: Settle(%d, %d) = %+v, %v; want allowed, Uncharged %d", i, s.charged, s.used, r, err, s.want)
+		}
+		if got := e.level(t, l, "u"); got != s.level {
+			t.Errorf("step %d: Redis holds %d after Settle(%d, %d), want %d", i, got, s.charged, s.used, s.level)
+		}
+	}
+	for _, c := range [][2]int64{{0, -1}, {11, 11}, {-1, 0}} {
+		if _, err := l.Settle(e.ctx, "u", c[0], c[1]); !errors.Is(err, tierlimit.ErrInvalidCost) {
+			t.Errorf("Settle(%d, %d) = %v, want ErrInvalidCost", c[0], c[1], err)
+		}
 	}
 }

@@ -58,13 +58,15 @@
 --          (the store checks).
 --
 -- Reply per call: {allowed, handed, then per limit: remaining, retry_us,
--- reset_us, as tokenbucket.lua's, then full}; handed is what the holder
+-- reset_us, as tokenbucket.lua's, then full, then cut}; handed is what the holder
 -- receives: the undelivered (handed - received, what replies it never got
 -- carried) and any fresh grant; for a refund, how many of its back tokens
 -- every bucket took back. remaining is the level. full is 1 if every
 -- bucket stands at its ceiling after the call (level + total >= cap):
 -- nothing was taken from it since it last was full but what the records
 -- still count (hybrid forgives the debt of a charge-back that finds it so).
+-- cut is what a debt claim could not take, its level at -cap, the most of
+-- any limit (0 for every other call).
 --
 -- A state written under another limit is refilled under it up to now, to
 -- at most its capacity less every token the ledger holds, and converted
@@ -173,7 +175,7 @@ local function read_bucket(c, i, clock)
   local unit, per, cap = tb_limit(lim)
   local b = {unit = unit, per = per, cap = cap, k = 0, r = 0, now = clock,
     total = 0, lo = 0, hi = 0, dirty = false, mine = false, before = '', after = '', rec = false, u = 0,
-    lost = false, again = 0}
+    lost = false, again = 0, cut = 0}
   local k, r, ts, old, rest = bucket_get(KEYS[c.kj + i])
   if ts and ts > b.now then b.now = ts end
   local dead = read_ledger(b, rest, c.holder)
@@ -302,7 +304,7 @@ local function claim(c, B, hold)
       -- The record stays for at least hold, holding nothing if need be,
       -- so that the claim sent again finds its gen and takes no more.
       b.k = b.k - (want - fresh)
-      if b.k < -b.cap then b.k, b.r = -b.cap, 0 end
+      if b.k < -b.cap then b.cut, b.k, b.r = -b.cap - b.k, -b.cap, 0 end
       b.dirty = true
       deadline = max(deadline, b.now + hold)
     end
@@ -375,7 +377,7 @@ end
 local function finish(reply, c, B, clock, allowed, hand)
   reply[#reply + 1] = allowed
   reply[#reply + 1] = hand
-  local full = 1
+  local full, cut = 1, 0
   for i = 1, c.n do
     local b = B[i]
     local key, lim = KEYS[c.kj + i], ARGV[c.l + i - 1]
@@ -402,8 +404,10 @@ local function finish(reply, c, B, clock, allowed, hand)
     reply[#reply + 1] = retry
     reply[#reply + 1] = reset
     if b.k + b.total < b.cap then full = 0 end
+    if b.cut > cut then cut = b.cut end
   end
   reply[#reply + 1] = full
+  reply[#reply + 1] = cut
 end
 
 -- The calls, each read, decided by its op and written in turn.

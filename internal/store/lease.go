@@ -61,7 +61,10 @@ type Claim struct {
 	// 0): the level goes below empty, down to minus the capacity at most,
 	// and the key is denied until the refill has repaid it. Only the
 	// tokens the level held are granted (and recorded as held); the rest
-	// are the level's debt. Settle's take: the events it settles happened.
+	// are the level's debt, and what the floor cuts off is the Result's
+	// Uncharged. Settle's take: the events it settles happened, so its
+	// Want may pass the capacity (the script is sent at most twice the
+	// largest, which no level can take more of).
 	Debt bool
 }
 
@@ -84,7 +87,25 @@ func (l *Limiter) LeaseGrant(ctx context.Context, key string, c Claim) Grant {
 	start := l.start()
 	g := l.runGrant(ctx, l.Keys(key), l.claimArgs(c, p), p.limits)
 	l.reportCall("claim", start, g.Err)
+	if g.Err == nil {
+		g.Result.Uncharged += c.Want - l.sent(c, p)
+	}
 	return g
+}
+
+// sent is the Want of claim c that ledger.lua is sent: a debt claim's at
+// most twice the largest capacity of p's limits (from full to the floor),
+// which keeps the script's arithmetic exact; what it could not have taken
+// anyway is uncharged.
+func (l *Limiter) sent(c Claim, p *plan) int64 {
+	if !c.Debt {
+		return c.Want
+	}
+	most := int64(0)
+	for _, lim := range p.limits {
+		most = max(most, 2*l.alg.capacity(lim))
+	}
+	return min(c.Want, most)
 }
 
 // checkClaim checks a claim and returns the plan of its limit.
@@ -96,7 +117,11 @@ func (l *Limiter) checkClaim(key string, c Claim) (*plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (the claim's limit)", err)
 	}
-	if err := p.check(key, c.Want); err != nil {
+	if c.Debt && c.Want > p.maxN {
+		if err := p.check(key, 0); err != nil {
+			return nil, err
+		}
+	} else if err := p.check(key, c.Want); err != nil {
 		return nil, err
 	}
 	if c.Min < 0 || c.Min > c.Want || c.Debt && c.Min != 0 {
@@ -153,7 +178,7 @@ func (l *Limiter) ledgerCall(args []any, c Claim, p *plan) []any {
 	if c.peek() {
 		args = append(args, "take", len(p.specs), 0, 0)
 	} else {
-		args = append(args, "claim", len(p.specs), c.Min, c.Want, c.Gen, c.Held, c.Received, flag(c.Live), flag(c.Debt), c.Holder)
+		args = append(args, "claim", len(p.specs), c.Min, l.sent(c, p), c.Gen, c.Held, c.Received, flag(c.Live), flag(c.Debt), c.Holder)
 	}
 	for _, spec := range p.specs {
 		args = append(args, spec)
@@ -450,6 +475,9 @@ func (l *Limiter) leaseBatched(ctx context.Context, keys []string, claims []Clai
 			}
 			n := l.replyLen(plans[i].limits)
 			grants[i] = l.result(replies[at:at+n], plans[i].limits)
+			if grants[i].Err == nil {
+				grants[i].Result.Uncharged += claims[i].Want - l.sent(claims[i], plans[i])
+			}
 			at += n
 		}
 	}

@@ -409,11 +409,11 @@ func (l *Limiter) runGrant(ctx context.Context, keys []string, args []any, limit
 
 // replyLen is the length of a script's reply to one call under limits:
 // allowed, handed, then remaining, retry and reset per limit, then, from
-// ledger.lua, full.
+// ledger.lua, full and cut.
 func (l *Limiter) replyLen(limits []tierlimit.Limit) int {
 	n := 2 + 3*len(limits)
 	if l.alg.ledger {
-		n++
+		n += 2
 	}
 	return n
 }
@@ -448,7 +448,11 @@ func (l *Limiter) result(reply []any, limits []tierlimit.Limit) Grant {
 		}
 		res.ResetAfter = max(res.ResetAfter, micros(reset))
 	}
-	return Grant{Granted: at(1), Result: res, Full: l.alg.ledger && at(len(reply)-1) == 1}
+	g := Grant{Granted: at(1), Result: res}
+	if l.alg.ledger {
+		g.Full, g.Result.Uncharged = at(len(reply)-2) == 1, at(len(reply)-1)
+	}
+	return g
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
