@@ -333,3 +333,11 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestPermitBurst: simultaneous arrivals on a key with permits free get
+// them, cold and warm.
+func TestPermitBurst(t *testing.T) {
+	c, _ := NewConcurrency(3)
+	defer c.Close()
+	permittest.Burst(t, c)
+}

@@ -377,16 +377,20 @@ func (c *Concurrency) renewLoop() {
 	}
 }
 
-// renew extends every held permit's TTL in one pipeline, and forgets those
-// Redis no longer has (they expired: their holders' Release is a no-op).
+// renew extends every held permit's TTL in one pipeline, recording again
+// those Redis lost (counted in Stats().Expired).
 func (c *Concurrency) renew() {
 	c.mu.Lock()
 	rs := make([]store.Renewal, 0, len(c.held))
 	names := make([]string, 0, len(c.held))
 	for key, h := range c.held {
-		r := store.Renewal{Keys: h.keys, Holders: make([]string, 0, len(h.holders))}
+		// A permit Redis lost (a flush, a restart from empty, eviction, or
+		// its expiry while renewals could not reach Redis) is recorded
+		// again: its request is in flight.
+		r := store.Renewal{Keys: h.keys, Holders: make([]string, 0, len(h.holders)), Want: make([]int64, 0, len(h.holders))}
 		for holder := range h.holders {
 			r.Holders = append(r.Holders, holder)
+			r.Want = append(r.Want, 1)
 		}
 		rs = append(rs, r)
 		names = append(names, key)
@@ -421,9 +425,11 @@ func (c *Concurrency) renew() {
 		}
 		h := c.held[names[i]]
 		for j, holder := range r.Holders {
+			if _, ok := h.holdersOf()[holder]; ok && r.Counts[j] <= 0 {
+				c.stats.Expired.Add(1)
+			}
 			if _, ok := h.holdersOf()[holder]; ok && r.Counts[j] == 0 {
 				delete(h.holders, holder)
-				c.stats.Expired.Add(1)
 			}
 		}
 		if h != nil && len(h.holders) == 0 {

@@ -348,3 +348,21 @@ func TestPermitRenewalRoundTrips(t *testing.T) {
 		t.Errorf("Stats().Expired = %d, want 0", s.Expired)
 	}
 }
+
+// TestPermitBurst: simultaneous arrivals on a key with permits free get
+// them, cold and warm.
+func TestPermitBurst(t *testing.T) {
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 3)
+	defer c.Close()
+	permittest.Burst(t, c)
+}
+
+// TestPermitCloseStalled: Close is bounded on a paused Redis with go-redis's
+// default client.
+func TestPermitCloseStalled(t *testing.T) {
+	srv := redistest.Start(t)
+	permittest.CloseStalled(t, srv.Addr, func(rdb *redis.Client) permittest.Limiter {
+		c, _ := NewConcurrency(rdb, 5)
+		return c
+	})
+}
