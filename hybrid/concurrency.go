@@ -286,6 +286,9 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 	if err != nil {
 		return tierlimit.Permit{}, false, err
 	}
+	if n == 0 {
+		return permit.Blocked(&c.stats, c.onPermit)
+	}
 	p, ok, src, err := c.try(ctx, key, n)
 	if err != nil {
 		return tierlimit.Permit{}, false, err
@@ -306,6 +309,10 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	n, err := c.check(ctx, key)
 	if err != nil {
 		return tierlimit.Permit{}, err
+	}
+	if n == 0 {
+		permit.Report(c.onPermit, false, tierlimit.SourceBlocked, 0)
+		return tierlimit.Permit{}, tierlimit.ErrWaitDeadline // no permit will ever be free
 	}
 	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, bool, tierlimit.Source, error) {
 		return c.try(ctx, key, n)

@@ -130,7 +130,7 @@ func TestPermitInput(t *testing.T) {
 			}
 		}
 	}
-	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
+	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -2, "huge": 1 << 40}[k] }))
 	permittest.InvalidKeys(t, c)
 	permittest.PastDeadlineClose(t, c)
 }
@@ -544,7 +544,8 @@ func TestPermitMisconfigured(t *testing.T) {
 	}
 }
 
-// TestPermitFunc: each key gets WithPermitFunc's number (0: the default).
+// TestPermitFunc: each key gets WithPermitFunc's number (DefaultPermits:
+// the constructor's).
 func TestPermitFunc(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
@@ -552,7 +553,7 @@ func TestPermitFunc(t *testing.T) {
 		if k == "big" {
 			return 4
 		}
-		return 0
+		return tierlimit.DefaultPermits
 	}))
 	defer c.Close()
 	for _, tt := range []struct {
@@ -761,4 +762,17 @@ func TestPermitLeaseDeadline(t *testing.T) {
 	} else {
 		p.Release()
 	}
+}
+
+// TestPermitNoPermits: a key its permit func blocks is refused, without a
+// call to Redis.
+func TestPermitNoPermits(t *testing.T) {
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 2, WithPermitFunc(func(k string) int64 {
+		if k == "none" {
+			return tierlimit.NoPermits
+		}
+		return tierlimit.DefaultPermits
+	}))
+	defer c.Close()
+	permittest.Blocked(t, c)
 }

@@ -25,7 +25,7 @@ func TestPermits(t *testing.T) {
 		if k == "big" {
 			return 3
 		}
-		return 0
+		return tierlimit.DefaultPermits
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestPermitInput(t *testing.T) {
 			}
 		}
 	}
-	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
+	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -2, "huge": 1 << 40}[k] }))
 	permittest.InvalidKeys(t, c)
 	permittest.PastDeadlineClose(t, c)
 }
@@ -365,4 +365,17 @@ func TestPermitCloseStalled(t *testing.T) {
 		c, _ := NewConcurrency(rdb, 5)
 		return c
 	})
+}
+
+// TestPermitNoPermits: a key its permit func blocks is refused, without a
+// call to Redis.
+func TestPermitNoPermits(t *testing.T) {
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 2, WithPermitFunc(func(k string) int64 {
+		if k == "none" {
+			return tierlimit.NoPermits
+		}
+		return tierlimit.DefaultPermits
+	}))
+	defer c.Close()
+	permittest.Blocked(t, c)
 }
