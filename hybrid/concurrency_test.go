@@ -764,6 +764,9 @@ func TestPermitLeaseDeadline(t *testing.T) {
 	}
 }
 
+// TestPermitFaults runs the fault table (permittest.FaultTable).
+func TestPermitFaults(t *testing.T) { permittest.FaultTable(t) }
+
 // TestPermitNoPermits: a key its permit func blocks is refused, without a
 // call to Redis.
 func TestPermitNoPermits(t *testing.T) {
