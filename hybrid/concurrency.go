@@ -78,9 +78,11 @@ type Concurrency struct {
 
 	isClosed atomic.Bool // closed, read without mu by the input checks
 
-	// now is the clock of the leases' deadlines (concKey.until): time.Now,
-	// whose monotonic reading keeps running while the process is stopped.
-	now     func() time.Time
+	// mono is the clock of the leases' deadlines (concKey.until): the
+	// monotonic time since the limiter was made, which keeps running while
+	// the process is stopped. One read of the monotonic clock, not
+	// time.Now's two, on every permit given (BenchmarkPermit).
+	mono    func() time.Duration
 	honours bool // the client ends a call at its context's deadline (calls.Honours)
 
 	done chan struct{} // closed by Close
@@ -97,18 +99,18 @@ type Concurrency struct {
 // concKey is one key's permits in this instance.
 type concKey struct {
 	key    string
-	rkeys  []string  // store.PermitKeys
-	out    int64     // permits given out and not yet released
-	held   int64     // permits Redis holds for this instance, as last told
-	block  int64     // of those, how many it may give out: held, less what it recorded over N
-	gen    uint64    // the epoch when Redis last told held: a block told in an earlier epoch is given from only once Redis confirms it
-	until  time.Time // the block is given from only before then: Redis holds it at least until then, by this instance's clock
-	claim  *claim    // the call to Redis in flight for the key, if any
-	want   int64     // TryAcquire calls of the key waiting for a claim's answer: the next claim asks for all of them
-	n      int64     // the key's number of permits, at its last acquisition
-	seq    uint64    // answers applied to block: a renewal applies only if none came since it was sent
-	peak   int64     // the most out at once since window began
-	window time.Time // when the current idle window began (zero: not yet)
+	rkeys  []string      // store.PermitKeys
+	out    int64         // permits given out and not yet released
+	held   int64         // permits Redis holds for this instance, as last told
+	block  int64         // of those, how many it may give out: held, less what it recorded over N
+	gen    uint64        // the epoch when Redis last told held: a block told in an earlier epoch is given from only once Redis confirms it
+	until  time.Duration // the block is given from only before then (c.mono): Redis holds it at least until then
+	claim  *claim        // the call to Redis in flight for the key, if any
+	want   int64         // TryAcquire calls of the key waiting for a claim's answer: the next claim asks for all of them
+	n      int64         // the key's number of permits, at its last acquisition
+	seq    uint64        // answers applied to block: a renewal applies only if none came since it was sent
+	peak   int64         // the most out at once since window began
+	window time.Time     // when the current idle window began (zero: not yet)
 }
 
 // claim is one call setting a key's block.
@@ -117,6 +119,7 @@ type claim struct {
 	err   error         // the call's error, once done
 	room  bool          // Redis had permits free after the call, once done
 	start time.Time
+	sent  time.Duration // start by c.mono
 }
 
 // errHeldBack is a claim's error when the open breaker held the call back.
@@ -224,7 +227,7 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	if err := permit.CheckRedis(n, evict.NilClient(rdb)); err != nil {
 		return nil, check.Named("hybrid", err)
 	}
-	c := &Concurrency{rdb: rdb, n: n, id: instanceID(), keys: make(map[string]*concKey), done: make(chan struct{}), now: time.Now,
+	c := &Concurrency{rdb: rdb, n: n, id: instanceID(), keys: make(map[string]*concKey), done: make(chan struct{}),
 		cfg: concConfig{prefix: store.DefaultPrefix, ttl: DefaultPermitTTL, idle: DefaultPermitIdle, budget: DefaultCallBudget,
 			threshold: DefaultBreakerThreshold, probe: DefaultProbeInterval, heartbeat: DefaultHeartbeat}}
 	if err := permit.Apply(opts, func(o ConcurrencyOption) error { return o.applyConcurrency(c) }); err != nil {
@@ -238,6 +241,8 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 		return nil, check.Named("hybrid", err)
 	}
 	c.hold = hold
+	born := time.Now()
+	c.mono = func() time.Duration { return time.Since(born) }
 	c.honours = calls.Honours(rdb)
 	c.life, c.stop = context.WithCancel(context.Background())
 	c.guard = outage.New(c.cfg.budget, c.cfg.threshold, c.cfg.probe)
@@ -538,7 +543,7 @@ func (c *Concurrency) forget(key string, k *concKey) {
 // it when it returns a permit.
 func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit, ok, fallback bool) {
 	down, gen := c.epoch()
-	if k.out >= k.block || !down && k.gen != gen || !c.now().Before(k.until) {
+	if k.out >= k.block || !down && k.gen != gen || c.mono() >= k.until {
 		return p, false, false
 	}
 	fallback = down
@@ -558,7 +563,7 @@ func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit,
 // waiting (k.want) beyond those it has out, and confirms its block, unless
 // the breaker holds calls back. It is called with c.mu held.
 func (c *Concurrency) startClaim(k *concKey, n int64) *claim {
-	cl := &claim{done: make(chan struct{}), start: c.now()}
+	cl := &claim{done: make(chan struct{}), start: time.Now(), sent: c.mono()}
 	if !c.guard.Allow() {
 		cl.err = errHeldBack
 		close(cl.done)
@@ -568,11 +573,11 @@ func (c *Concurrency) startClaim(k *concKey, n int64) *claim {
 	return c.setBlock(k, n, target, false, cl)
 }
 
-// leaseEnd returns until when a block Redis confirmed by a call sent at
-// start may be given from: Redis set its expiry a TTL after it ran the
-// call, which was after start; the margin covers the clocks' drift.
-func (c *Concurrency) leaseEnd(start time.Time) time.Time {
-	return start.Add(c.cfg.ttl - c.cfg.ttl/10)
+// leaseEnd returns until when (c.mono) a block Redis confirmed by a call
+// sent at sent may be given from: Redis set its expiry a TTL after it ran
+// the call, which was after sent; the margin covers the clocks' drift.
+func (c *Concurrency) leaseEnd(sent time.Duration) time.Duration {
+	return sent + c.cfg.ttl - c.cfg.ttl/10
 }
 
 // setBlock sends one call setting k's block to target (recording all of
@@ -594,7 +599,7 @@ func (c *Concurrency) setBlock(k *concKey, n, target int64, force bool, cl *clai
 			// exceeds by is not given out again, only back (settle).
 			k.held, k.block = count, max(0, count-max(0, total-n))
 			k.gen = gen
-			k.until = c.leaseEnd(cl.start)
+			k.until = c.leaseEnd(cl.sent)
 			k.seq++
 			cl.room = total < n
 		}
@@ -703,7 +708,7 @@ func (c *Concurrency) renew(gen uint64) bool {
 	if len(rs) == 0 {
 		return true
 	}
-	start := c.now()
+	start, at := time.Now(), c.mono()
 	err := c.background(c.cfg.ttl/3, func(ctx context.Context) error {
 		store.RenewPermits(ctx, c.rdb, c.cfg.ttl, rs)
 		return rs[0].Err
@@ -738,7 +743,7 @@ func (c *Concurrency) renew(gen uint64) bool {
 			k.block = min(k.block, k.held)
 		}
 		k.gen = gen
-		k.until = c.leaseEnd(start)
+		k.until = c.leaseEnd(at)
 	}
 	return all
 }
@@ -771,9 +776,9 @@ func (c *Concurrency) settle(now time.Time) {
 		}
 		switch keep := max(k.block, k.out); {
 		case k.out > k.held:
-			c.setBlock(k, k.n, k.out, true, &claim{done: make(chan struct{}), start: now})
+			c.setBlock(k, k.n, k.out, true, &claim{done: make(chan struct{}), start: now, sent: c.mono()})
 		case k.held > keep:
-			c.setBlock(k, k.n, keep, false, &claim{done: make(chan struct{}), start: now})
+			c.setBlock(k, k.n, keep, false, &claim{done: make(chan struct{}), start: now, sent: c.mono()})
 		}
 	}
 }

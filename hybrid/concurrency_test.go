@@ -745,7 +745,8 @@ func TestPermitLeaseDeadline(t *testing.T) {
 	var mu sync.Mutex
 	skew := time.Duration(0)
 	c.mu.Lock()
-	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) }
+	mono := c.mono
+	c.mono = func() time.Duration { mu.Lock(); defer mu.Unlock(); return mono() + skew }
 	c.mu.Unlock()
 	before := calls.Load()
 	if p, ok, _ := c.TryAcquire(ctx, "k"); !ok || calls.Load() != before {
