@@ -463,9 +463,13 @@ func (c *Concurrency) try(ctx context.Context, key string, n int64) (p tierlimit
 	}
 	k.want--
 	c.forget(key, k)
+	var err2 error
+	if cl != nil {
+		err2 = cl.err // set under c.mu
+	}
 	c.mu.Unlock()
-	if cl != nil && tierlimit.Misconfigured(cl.err) {
-		return p, false, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, cl.err)
+	if tierlimit.Misconfigured(err2) {
+		return p, false, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err2)
 	}
 	return p, false, tierlimit.SourceRemote, nil
 }

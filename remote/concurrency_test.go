@@ -307,7 +307,7 @@ func TestPermitObserver(t *testing.T) {
 	ctx := context.Background()
 	c.TryAcquire(ctx, "k")
 	c.TryAcquire(ctx, "k")
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	c.Acquire(short, "k")
 	want := []bool{true, false, false}
