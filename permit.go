@@ -49,21 +49,36 @@ func (p Permit) Valid() bool { return p.r != nil }
 // take one.
 //
 // Acquire waits for a permit until ctx is done and fails at once when ctx is
-// already done or past its deadline. TryAcquire never waits: ok is false
-// when the key has N permits out. Both return an error only for invalid
-// input, a done ctx, a closed limiter (ErrClosed) or, in the remote tier, a
-// backend failure; a refusal is never an error.
+// already done or past its deadline, or when the key's PermitFunc answers
+// NoPermits (ErrWaitDeadline). TryAcquire never waits: ok is false when the
+// key has N permits out, or none at all (NoPermits). Both return an error
+// only for invalid input, a done ctx, a closed limiter (ErrClosed) or, in
+// the remote tier, a backend failure; a refusal is never an error.
 type Concurrency interface {
 	Acquire(ctx context.Context, key string) (Permit, error)
 	TryAcquire(ctx context.Context, key string) (p Permit, ok bool, err error)
 }
 
 // PermitFunc gives each key its own number of permits, in place of a
-// Concurrency constructor's N: 0 means the constructor's N, and any
-// other answer outside 1 to MaxPermits is an error wrapping
-// ErrInvalidLimit for that call (never an admission). It is called on
-// every acquisition, so it must be fast and safe for concurrent use.
+// Concurrency constructor's N: 1 to MaxPermits, NoPermits (0) for a key
+// that may hold none, or DefaultPermits for the constructor's N. Any other
+// answer is an error wrapping ErrInvalidLimit for that call (never an
+// admission). It is called on every acquisition, so it must be fast and
+// safe for concurrent use.
 type PermitFunc func(key string) int64
+
+// NoPermits is what a PermitFunc returns for a key that may have no
+// request in flight at all (a suspended tenant): every tier refuses its
+// TryAcquire (ok false, no error; the observer sees Source SourceBlocked)
+// without a call to Redis, and its Acquire returns ErrWaitDeadline at once,
+// since no permit will ever be free. httplimit and grpclimit refuse such a
+// request as one that found no permit free, with no Retry-After or
+// RetryInfo. It is 0, so that a plan's "0 requests in flight" means none.
+const NoPermits int64 = 0
+
+// DefaultPermits is what a PermitFunc returns for a key that takes the
+// Concurrency constructor's N.
+const DefaultPermits int64 = -1
 
 // MaxPermits is the largest number of permits per key a Concurrency
 // limiter accepts.

@@ -37,9 +37,9 @@ func TestWithConcurrency(t *testing.T) {
 	}
 	conc, _ := local.NewConcurrency(1, local.WithPermitFunc(func(k string) int64 {
 		if k == "bad" {
-			return -1
+			return -2
 		}
-		return 0
+		return tierlimit.DefaultPermits
 	}))
 	in, err := New(lim, WithKey(keyOf), WithConcurrency(conc))
 	if err != nil {

@@ -560,9 +560,9 @@ func permitTiers(s *redistest.Server) []permitTier {
 	}
 }
 
-// invalidPermits are PermitFunc answers outside 1 to MaxPermits (0 means
-// the default).
-var invalidPermits = []int64{-1, tierlimit.MaxPermits + 1}
+// invalidPermits are PermitFunc answers outside 1 to MaxPermits that are
+// neither NoPermits nor DefaultPermits.
+var invalidPermits = []int64{-2, tierlimit.MaxPermits + 1}
 
 // TestInvalidPermitsRefused: a PermitFunc's invalid answer serves no call
 // of its key, on every tier and under every error policy.
@@ -576,7 +576,7 @@ func TestInvalidPermitsRefused(t *testing.T) {
 						if key == suspended {
 							return n
 						}
-						return 0
+						return tierlimit.DefaultPermits
 					})
 					var log errorLog
 					opts := append([]Option{WithKey(KeyMetadata("x-tenant")), WithConcurrency(conc), log.option()}, pol.opts...)
@@ -597,6 +597,50 @@ func TestInvalidPermitsRefused(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestNoPermitsRefused: a key its PermitFunc blocks (tierlimit.NoPermits)
+// serves no call, on every tier, refused as one that finds no permit free:
+// ResourceExhausted without RetryInfo or pushback, and no error reported,
+// since a blocked key is a refusal, not a fault.
+func TestNoPermitsRefused(t *testing.T) {
+	s := redistest.Start(t)
+	for _, tr := range permitTiers(s) {
+		t.Run(tr.name, func(t *testing.T) {
+			conc := tr.make(t, func(key string) int64 {
+				if key == suspended {
+					return tierlimit.NoPermits
+				}
+				return tierlimit.DefaultPermits
+			})
+			var log errorLog
+			srv := serveCounted(t, mustNew(t, newLocal(t, tierlimit.PerSecond(100)), WithKey(KeyMetadata("x-tenant")), WithConcurrency(conc), log.option()), nil)
+			ctx := tenantCtx(t, suspended)
+			var trailer metadata.MD
+			err := unary(ctx, srv.cc, grpc.Trailer(&trailer))
+			if got := status.Code(err); got != codes.ResourceExhausted {
+				t.Errorf("call: %v, want ResourceExhausted", err)
+			}
+			if d, ok := retryInfo(err); ok {
+				t.Errorf("RetryInfo %v, want none", d)
+			}
+			if got := trailer.Get(PushbackTrailer); len(got) != 0 {
+				t.Errorf("trailer %s = %q, want none", PushbackTrailer, got)
+			}
+			if _, err := stream(ctx, srv.cc); status.Code(err) != codes.ResourceExhausted {
+				t.Errorf("stream: %v, want ResourceExhausted", err)
+			}
+			if got := srv.served.Load(); got != 0 {
+				t.Errorf("%d calls of the suspended tenant served, want 0", got)
+			}
+			if len(log.errs) != 0 {
+				t.Errorf("errors reported %v, want none", log.errs)
+			}
+			if err := unary(tenantCtx(t, "tenant-paying"), srv.cc); err != nil || srv.served.Load() != 1 {
+				t.Errorf("call of another tenant: %v, served %d; want served", err, srv.served.Load())
+			}
+		})
 	}
 }
 

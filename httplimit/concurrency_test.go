@@ -24,9 +24,9 @@ func (failingConc) TryAcquire(context.Context, string) (tierlimit.Permit, bool, 
 func TestWithConcurrency(t *testing.T) {
 	conc, err := local.NewConcurrency(1, local.WithPermitFunc(func(k string) int64 {
 		if k == "bad" {
-			return -1
+			return -2
 		}
-		return 0
+		return tierlimit.DefaultPermits
 	}))
 	if err != nil {
 		t.Fatal(err)

@@ -348,14 +348,14 @@ func TestLookupFailureRefused(t *testing.T) {
 func TestInvalidPermitsRefused(t *testing.T) {
 	s := redistest.Start(t)
 	for _, tr := range permitTiers(s) {
-		for _, n := range []int64{-1, tierlimit.MaxPermits + 1} {
+		for _, n := range []int64{-2, tierlimit.MaxPermits + 1} {
 			for _, pol := range errorPolicies {
 				t.Run(fmt.Sprintf("%s/%d/%s", tr.name, n, pol.name), func(t *testing.T) {
 					conc := tr.make(t, func(key string) int64 {
 						if key == suspended {
 							return n
 						}
-						return 0
+						return tierlimit.DefaultPermits
 					})
 					var log errorLog
 					opts := append([]Option{WithKey(KeyHeader("X-Tenant")), WithConcurrency(conc), WithLegacyHeaders(), log.option()}, pol.opts...)
@@ -373,6 +373,38 @@ func TestInvalidPermitsRefused(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestNoPermitsRefused: a key its PermitFunc blocks (tierlimit.NoPermits)
+// serves no request, on every tier: 429 without Retry-After, and no error
+// reported, since a blocked key is a refusal, not a fault.
+func TestNoPermitsRefused(t *testing.T) {
+	s := redistest.Start(t)
+	for _, tr := range permitTiers(s) {
+		t.Run(tr.name, func(t *testing.T) {
+			conc := tr.make(t, func(key string) int64 {
+				if key == suspended {
+					return tierlimit.NoPermits
+				}
+				return tierlimit.DefaultPermits
+			})
+			var log errorLog
+			c := newCounted(mustNew(t, newFake(tierlimit.PerSecond(100), time.Second, time.Second),
+				WithKey(KeyHeader("X-Tenant")), WithConcurrency(conc), WithLegacyHeaders(), log.option()))
+			for i := range 3 {
+				checkRefused(t, fmt.Sprintf("request %d", i), c.get(suspended), http.StatusTooManyRequests, false)
+			}
+			if got := c.served.Load(); got != 0 {
+				t.Errorf("%d requests of the suspended tenant served, want 0", got)
+			}
+			if len(log.errs) != 0 {
+				t.Errorf("errors reported %v, want none", log.errs)
+			}
+			if w := c.get("tenant-paying"); w.Code != http.StatusOK || c.served.Load() != 1 {
+				t.Errorf("request of another tenant: %d, served %d; want 200, served", w.Code, c.served.Load())
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
+	calls "github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/internal/outage"
 	"github.com/tierlimit/tierlimit/internal/permit"
@@ -35,17 +37,18 @@ const (
 // a key's permits from Redis (the holder's count in the key's state, one
 // script, as remote's permits) and hands them out in process: a permit
 // from the block costs no Redis call, and only a key that needs more than
-// its block calls Redis, one call at a time per key. The block is renewed
-// while held, and what goes unused for WithPermitIdle goes back.
+// its block calls Redis, one call at a time per key, which asks for a
+// permit for every caller waiting on it. The block is renewed while held,
+// and what goes unused for WithPermitIdle goes back. An instance gives
+// from a block only while its own clock says Redis still holds it: until
+// a TTL (less a margin) after the call that last confirmed it was sent.
 //
 // While Redis is down or stalled (calls over the budget while Redis is
-// silent, opening a breaker) an instance gives out a permit only while it
-// has fewer out than its share of N: N divided by the live instances (from
-// the fleet's heartbeats), at least 1, whatever its block. No caller gets an
-// error for it. When Redis answers again, the instance records in Redis
-// the permits it has out beyond its block (so the fleet is exact again:
-// nobody gets a new permit until the total is under N), then leases as
-// before.
+// silent, opening a breaker) an instance gives out permits from its block
+// until that deadline, and none beyond it: a refusal, not an error. When
+// Redis answers again, a renewal records in Redis the permits it has out
+// that Redis lost (so the fleet is exact again: nobody gets a new permit
+// until the total is under N), then it leases as before.
 //
 // A Concurrency is safe for concurrent use. It must not be copied.
 type Concurrency struct {
@@ -56,7 +59,6 @@ type Concurrency struct {
 	id       string // this instance's holder id in every key's state
 	fleetKey string
 	guard    *outage.Guard
-	live     atomic.Int64  // instances alive, at the last heartbeat
 	lost     atomic.Uint64 // heartbeats after the first that found the instance gone from the fleet (see epoch)
 	beaten   bool          // a heartbeat was answered; maintain's only
 	stats    permit.Stats  // Waiting, Refused, Expired; the rest under mu
@@ -76,7 +78,18 @@ type Concurrency struct {
 
 	isClosed atomic.Bool // closed, read without mu by the input checks
 
+	// mono is the clock of the leases' deadlines (concKey.until): the
+	// monotonic time since the limiter was made, which keeps running while
+	// the process is stopped. One read of the monotonic clock, not
+	// time.Now's two, on every permit given (BenchmarkPermit).
+	mono    func() time.Duration
+	honours bool // the client ends a call at its context's deadline (calls.Honours)
+
 	done chan struct{} // closed by Close
+	// life ends when Close begins: the background's calls end with it,
+	// whatever the client's timeouts.
+	life context.Context
+	stop context.CancelFunc
 	wg   sync.WaitGroup
 	// hold is the limiter's place among the limiters of this process
 	// (internal/place), given up by Close.
@@ -86,24 +99,31 @@ type Concurrency struct {
 // concKey is one key's permits in this instance.
 type concKey struct {
 	key    string
-	rkeys  []string  // store.PermitKeys
-	out    int64     // permits given out and not yet released
-	held   int64     // permits Redis holds for this instance, as last told
-	block  int64     // of those, how many it may give out: held, less what it recorded over N
-	gen    uint64    // the epoch when Redis last told held: a block told in an earlier epoch is given from only once Redis confirms it
-	claim  *claim    // the call to Redis in flight for the key, if any
-	n      int64     // the key's number of permits, at its last acquisition
-	seq    uint64    // answers applied to block: a renewal applies only if none came since it was sent
-	peak   int64     // the most out at once since window began
-	window time.Time // when the current idle window began (zero: not yet)
+	rkeys  []string      // store.PermitKeys
+	out    int64         // permits given out and not yet released
+	held   int64         // permits Redis holds for this instance, as last told
+	block  int64         // of those, how many it may give out: held, less what it recorded over N
+	gen    uint64        // the epoch when Redis last told held: a block told in an earlier epoch is given from only once Redis confirms it
+	until  time.Duration // the block is given from only before then (c.mono): Redis holds it at least until then
+	claim  *claim        // the call to Redis in flight for the key, if any
+	want   int64         // TryAcquire calls of the key waiting for a claim's answer: the next claim asks for all of them
+	n      int64         // the key's number of permits, at its last acquisition
+	seq    uint64        // answers applied to block: a renewal applies only if none came since it was sent
+	peak   int64         // the most out at once since window began
+	window time.Time     // when the current idle window began (zero: not yet)
 }
 
 // claim is one call setting a key's block.
 type claim struct {
 	done  chan struct{} // closed when Redis answered or the call failed
 	err   error         // the call's error, once done
+	room  bool          // Redis had permits free after the call, once done
 	start time.Time
+	sent  time.Duration // start by c.mono
 }
+
+// errHeldBack is a claim's error when the open breaker held the call back.
+var errHeldBack = errors.New("hybrid: breaker open")
 
 type concConfig struct {
 	prefix    string
@@ -221,10 +241,13 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 		return nil, check.Named("hybrid", err)
 	}
 	c.hold = hold
+	born := time.Now()
+	c.mono = func() time.Duration { return time.Since(born) }
+	c.honours = calls.Honours(rdb)
+	c.life, c.stop = context.WithCancel(context.Background())
 	c.guard = outage.New(c.cfg.budget, c.cfg.threshold, c.cfg.probe)
 	pulse.Start() // the guard's silences less the process's own stalls; Close stops it
 	c.fleetKey = store.PermitFleetKey(c.cfg.prefix, n)
-	c.live.Store(1)
 	c.wg.Add(1)
 	go c.maintain()
 	return c, nil
@@ -258,8 +281,8 @@ func (r *permits) ReleasePermit(id, gen uint64) {
 
 // TryAcquire returns a permit of key if one is free, without waiting for
 // one to be released: from the instance's block, else by leasing more in
-// one Redis call (at most the call budget), else, while Redis is down,
-// from the instance's share. It returns an error only for a bad key or
+// one Redis call (waiting for it past the call budget only while Redis is
+// slow, not down). It returns an error only for a bad key or
 // permit func answer (tierlimit.ErrInvalidKey, tierlimit.ErrInvalidLimit),
 // a done ctx, a Redis that refuses the script (tierlimit.ErrMisconfigured),
 // or after Close (tierlimit.ErrClosed).
@@ -267,6 +290,9 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 	n, err := c.check(ctx, key)
 	if err != nil {
 		return tierlimit.Permit{}, false, err
+	}
+	if n == 0 {
+		return permit.Blocked(&c.stats, c.onPermit)
 	}
 	p, ok, src, err := c.try(ctx, key, n)
 	if err != nil {
@@ -289,17 +315,27 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	if err != nil {
 		return tierlimit.Permit{}, err
 	}
+	if n == 0 {
+		permit.Report(c.onPermit, false, tierlimit.SourceBlocked, 0)
+		return tierlimit.Permit{}, tierlimit.ErrWaitDeadline // no permit will ever be free
+	}
 	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, bool, tierlimit.Source, error) {
 		return c.try(ctx, key, n)
 	})
 }
 
+// closeWait bounds Close's give-backs and its leaving the fleet, whatever
+// the client's timeouts: what is not given back by then expires with its
+// TTL.
+const closeWait = time.Second
+
 // Close stops the instance's background work, gives its unused permits
 // back to Redis and leaves the fleet; it makes every later call, and every
 // Acquire waiting, return tierlimit.ErrClosed. Permits out stay valid and
-// may be released; Redis holds them until their TTL. It waits for calls
-// to Redis in flight, which the client's timeouts bound. It is idempotent
-// and returns nil.
+// may be released; Redis holds them until their TTL. It does not wait for
+// calls to Redis in flight, and waits for its give-backs at most a second,
+// whatever the client's timeouts: what a stalled Redis has not taken back
+// by then expires with its TTL. It is idempotent and returns nil.
 func (c *Concurrency) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -309,6 +345,7 @@ func (c *Concurrency) Close() error {
 	c.closed = true
 	c.isClosed.Store(true)
 	close(c.done)
+	c.stop()
 	c.mu.Unlock()
 	c.hold.Drop()
 	c.wg.Wait()
@@ -316,26 +353,30 @@ func (c *Concurrency) Close() error {
 	if c.guard.Down() {
 		return nil // the blocks expire with their TTL
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
+	type back struct {
+		rkeys  []string
+		target int64
+	}
 	c.mu.Lock()
-	var back []*concKey
+	var backs []back
 	for _, k := range c.keys {
 		if k.held > k.out {
 			k.block = min(k.block, k.out)
-			back = append(back, k)
+			backs = append(backs, back{k.rkeys, k.out})
 		}
 	}
 	c.mu.Unlock()
-	for _, k := range back {
-		c.mu.Lock()
-		target := k.out
-		c.mu.Unlock()
-		if _, _, err := store.SetPermits(ctx, c.rdb, k.rkeys, c.id, target, c.n, c.cfg.ttl, false); err != nil {
-			break // the rest expire with their TTL
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	_, _ = calls.Call(c.honours, ctx, func(ctx context.Context) (struct{}, error) {
+		for _, b := range backs {
+			if _, _, err := store.SetPermits(ctx, c.rdb, b.rkeys, c.id, b.target, c.n, c.cfg.ttl, false); err != nil {
+				break // the rest expire with their TTL
+			}
 		}
-	}
-	_, _, _ = store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, true)
+		_, _, _ = store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, true)
+		return struct{}{}, nil
+	})
 	return nil
 }
 
@@ -366,14 +407,16 @@ func (c *Concurrency) epoch() (down bool, epoch uint64) {
 	return down, outages + c.lost.Load()
 }
 
-// share is the most an instance has out of a key of n permits while Redis
-// is down, its block included: n over the live instances, at least 1.
-func (c *Concurrency) share(n int64) int64 {
-	return max(1, n/max(1, c.live.Load()))
-}
+// maxRounds bounds the claims one TryAcquire waits for: each asks for
+// every caller waiting on the key, so a round is lost only to another
+// caller of this instance that took the permit first.
+const maxRounds = 4
 
 // try gives a permit of key from the block, else from a new lease, else
-// (Redis down) from the share; ok false if none.
+// (Redis down) from the block while its lease lasts; ok false if none. Callers that find no
+// permit in the block wait together for one claim, which asks Redis for as
+// many permits as there are callers waiting: a burst on a key with permits
+// free gets them in one call, not one permit per call.
 func (c *Concurrency) try(ctx context.Context, key string, n int64) (p tierlimit.Permit, ok bool, src tierlimit.Source, err error) {
 	c.mu.Lock()
 	if c.closed {
@@ -385,39 +428,85 @@ func (c *Concurrency) try(ctx context.Context, key string, n int64) (p tierlimit
 	if p, ok, fallback := c.take(key, k, n); ok {
 		return p, true, source(fallback, tierlimit.SourceLocal), nil
 	}
-	cl := k.claim
-	if cl == nil {
-		cl = c.startClaim(k, n)
-	}
-	c.mu.Unlock()
-	budget := time.NewTimer(c.cfg.budget)
-	defer budget.Stop()
-	select {
-	case <-cl.done:
-	case <-budget.C:
-		c.guard.Late(cl.start)
-	case <-ctx.Done():
-	}
-	c.mu.Lock()
-	// The claim's end may have forgotten the entry: a new one is the key's
-	// only record now.
-	k = c.entry(key)
-	if p, ok, fallback := c.take(key, k, n); ok {
-		return p, true, source(fallback, tierlimit.SourceRemote), nil
-	}
-	c.forget(key, k)
-	c.mu.Unlock()
-	select {
-	case <-cl.done:
-		if tierlimit.Misconfigured(cl.err) {
-			return p, false, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, cl.err)
+	if c.guard.Down() {
+		// No caller waits on a Redis taken to be down: a claim goes out
+		// only as the breaker's probe, and its answer is for later calls.
+		if k.claim == nil {
+			c.startClaim(k, n)
 		}
-	default:
+		c.forget(key, k)
+		c.mu.Unlock()
+		return p, false, tierlimit.SourceFallback, nil
+	}
+	k.want++
+	var cl *claim
+	for round := 0; round < maxRounds; round++ {
+		if k.claim == nil {
+			if cl != nil && (cl.err != nil || !cl.room) {
+				break // Redis had none free, or was not asked
+			}
+			cl = c.startClaim(k, n)
+		} else {
+			cl = k.claim
+		}
+		c.mu.Unlock()
+		answered := c.await(ctx, cl)
+		c.mu.Lock()
+		k.want--
+		if p, ok, fallback := c.take(key, k, n); ok {
+			return p, true, source(fallback, tierlimit.SourceRemote), nil
+		}
+		k.want++
+		if !answered {
+			break
+		}
+	}
+	k.want--
+	c.forget(key, k)
+	var err2 error
+	if cl != nil {
+		err2 = cl.err // set under c.mu
+	}
+	c.mu.Unlock()
+	if tierlimit.Misconfigured(err2) {
+		return p, false, 0, fmt.Errorf("hybrid: %w: %w", tierlimit.ErrMisconfigured, err2)
 	}
 	return p, false, tierlimit.SourceRemote, nil
 }
 
-// source is a permit's source: SourceFallback for one from the share, else
+// await waits for claim cl's answer and reports whether it came. Past the
+// call budget it waits on while Redis is only slow (the breaker stays
+// closed: a slow call is no outage, and a refusal would say that N are
+// out), and returns false once the breaker opens, ctx ends or Close
+// begins.
+func (c *Concurrency) await(ctx context.Context, cl *claim) bool {
+	select {
+	case <-cl.done:
+		return true
+	default:
+	}
+	budget := time.NewTimer(c.cfg.budget)
+	defer budget.Stop()
+	for {
+		select {
+		case <-cl.done:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-c.done:
+			return false
+		case <-budget.C:
+			c.guard.Late(cl.start)
+			if c.guard.Down() {
+				return false
+			}
+			budget.Reset(c.cfg.budget)
+		}
+	}
+}
+
+// source is a permit's source: SourceFallback for one given while Redis was
+// down, else
 // src.
 func source(fallback bool, src tierlimit.Source) tierlimit.Source {
 	if fallback {
@@ -441,24 +530,27 @@ func (c *Concurrency) entry(key string) *concKey {
 // forget drops key's entry k if it holds nothing and no call is in flight
 // for it. It is called with c.mu held.
 func (c *Concurrency) forget(key string, k *concKey) {
-	if k.out == 0 && k.held == 0 && k.claim == nil && c.keys[key] == k {
+	if k.out == 0 && k.held == 0 && k.claim == nil && k.want == 0 && c.keys[key] == k {
 		delete(c.keys, key)
 	}
 }
 
 // take gives a permit of k from its block or, while Redis is down, from
-// the instance's share. A block Redis told of in an earlier epoch (before
-// the breaker last opened, or a heartbeat found the instance gone) is not
-// given from: Redis may have restarted empty meanwhile, and a call (a
-// claim, or the renewal that follows) confirms it first. It is called
-// with c.mu held, and releases it when it returns a permit.
+// k's block only, and only before the block's deadline (until), by this
+// instance's clock: Redis holds the block at least until then, so a
+// process stopped or a Redis paused past it finds nothing to give until a
+// call confirms the block again. While Redis answers, a block Redis told
+// of in an earlier epoch (before the breaker last opened, or a heartbeat
+// found the instance gone) is not given from either: Redis may have
+// restarted empty meanwhile, and a call (a claim, or the renewal that
+// follows) confirms it first. It is called with c.mu held, and releases
+// it when it returns a permit.
 func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit, ok, fallback bool) {
-	switch down, gen := c.epoch(); {
-	case down && k.out < c.share(n):
-		fallback = true
-	case down, k.out >= k.block, k.gen != gen:
+	down, gen := c.epoch()
+	if k.out >= k.block || !down && k.gen != gen || c.mono() >= k.until {
 		return p, false, false
 	}
+	fallback = down
 	k.out++
 	k.peak = max(k.peak, k.out)
 	c.acquired++
@@ -471,17 +563,25 @@ func (c *Concurrency) take(key string, k *concKey, n int64) (p tierlimit.Permit,
 	return tierlimit.NewPermit((*permits)(c), uint64(idx), gen), true, fallback
 }
 
-// startClaim starts a call that leases one more permit of k than it has
-// out, unless the breaker holds calls
-// back. It is called with c.mu held.
+// startClaim starts a call that leases a permit of k for each caller
+// waiting (k.want) beyond those it has out, and confirms its block, unless
+// the breaker holds calls back. It is called with c.mu held.
 func (c *Concurrency) startClaim(k *concKey, n int64) *claim {
-	cl := &claim{done: make(chan struct{}), start: time.Now()}
+	cl := &claim{done: make(chan struct{}), start: time.Now(), sent: c.mono()}
 	if !c.guard.Allow() {
+		cl.err = errHeldBack
 		close(cl.done)
 		return cl
 	}
-	target := max(k.out, k.block) + 1
+	target := max(k.out+max(1, k.want), k.block)
 	return c.setBlock(k, n, target, false, cl)
+}
+
+// leaseEnd returns until when (c.mono) a block Redis confirmed by a call
+// sent at sent may be given from: Redis set its expiry a TTL after it ran
+// the call, which was after sent; the margin covers the clocks' drift.
+func (c *Concurrency) leaseEnd(sent time.Duration) time.Duration {
+	return sent + c.cfg.ttl - c.cfg.ttl/10
 }
 
 // setBlock sends one call setting k's block to target (recording all of
@@ -490,9 +590,9 @@ func (c *Concurrency) startClaim(k *concKey, n int64) *claim {
 func (c *Concurrency) setBlock(k *concKey, n, target int64, force bool, cl *claim) *claim {
 	k.claim = cl
 	_, gen := c.epoch() // before the call: a new epoch while it is out leaves the answer unconfirmed
-	c.wg.Add(1)
+	// Close does not wait for the call: what it lands after Close expires
+	// with its TTL.
 	go func() {
-		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ttl/3)
 		defer cancel()
 		count, total, err := store.SetPermits(ctx, c.rdb, k.rkeys, c.id, target, n, c.cfg.ttl, force)
@@ -503,7 +603,9 @@ func (c *Concurrency) setBlock(k *concKey, n, target int64, force bool, cl *clai
 			// exceeds by is not given out again, only back (settle).
 			k.held, k.block = count, max(0, count-max(0, total-n))
 			k.gen = gen
+			k.until = c.leaseEnd(cl.sent)
 			k.seq++
+			cl.room = total < n
 		}
 		cl.err = err
 		k.claim = nil
@@ -526,9 +628,9 @@ func (c *Concurrency) maintain() {
 	defer tick.Stop()
 	c.beat()
 	if !c.guard.Down() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = store.LoadPermits(ctx, c.rdb) // else the first claim loads it
-		cancel()
+		_ = c.background(time.Second, func(ctx context.Context) error {
+			return store.LoadPermits(ctx, c.rdb) // else the first claim loads it
+		})
 	}
 	lastBeat, lastRenew := time.Now(), time.Now()
 	var renewed uint64 // the epoch of the last renewal that reached every block
@@ -554,12 +656,29 @@ func (c *Concurrency) maintain() {
 	}
 }
 
+// background runs f, a call of maintain's, for at most d: it returns by
+// then, or as soon as Close begins, whatever the client's timeouts (f goes
+// on, and what it then does is lost).
+func (c *Concurrency) background(d time.Duration, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(c.life, d)
+	defer cancel()
+	_, err := calls.Call(c.honours, ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, f(ctx)
+	})
+	return err
+}
+
 // beat records the instance in the fleet and reads the fleet's size.
 func (c *Concurrency) beat() {
-	ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.budget, time.Second))
-	defer cancel()
 	start := time.Now()
-	live, added, err := store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, false)
+	var added bool
+	err := c.background(max(c.cfg.budget, time.Second), func(ctx context.Context) (err error) {
+		_, added, err = store.Heartbeat(ctx, c.rdb, c.fleetKey, c.id, 3*c.cfg.heartbeat, false)
+		return err
+	})
+	if c.life.Err() != nil {
+		return // Close began: no outcome
+	}
 	c.guard.Done(start, err)
 	if err != nil {
 		return
@@ -568,9 +687,6 @@ func (c *Concurrency) beat() {
 		c.lost.Add(1)
 	}
 	c.beaten = true
-	if live > 0 {
-		c.live.Store(live)
-	}
 }
 
 // renew extends every block's TTL in one pipeline and learns what Redis
@@ -587,7 +703,8 @@ func (c *Concurrency) renew(gen uint64) bool {
 	var ks []sent
 	for _, k := range c.keys {
 		if k.held > 0 && k.claim == nil {
-			rs = append(rs, store.Renewal{Keys: k.rkeys, Holders: []string{c.id}})
+			// A block Redis lost is recorded again with the permits out.
+			rs = append(rs, store.Renewal{Keys: k.rkeys, Holders: []string{c.id}, Want: []int64{k.out}})
 			ks = append(ks, sent{k, k.seq})
 		}
 	}
@@ -595,11 +712,18 @@ func (c *Concurrency) renew(gen uint64) bool {
 	if len(rs) == 0 {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ttl/3)
-	defer cancel()
-	start := time.Now()
-	store.RenewPermits(ctx, c.rdb, c.cfg.ttl, rs)
-	c.guard.Done(start, rs[0].Err)
+	start, at := time.Now(), c.mono()
+	err := c.background(c.cfg.ttl/3, func(ctx context.Context) error {
+		store.RenewPermits(ctx, c.rdb, c.cfg.ttl, rs)
+		return rs[0].Err
+	})
+	if c.life.Err() != nil {
+		return false // Close began: the answers are not read
+	}
+	c.guard.Done(start, err)
+	if err != nil {
+		return false // rs is f's, which may still run
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	all := true
@@ -612,12 +736,18 @@ func (c *Concurrency) renew(gen uint64) bool {
 		if k.seq != ks[i].seq || k.claim != nil {
 			continue // a newer answer, or one on its way, sets the block
 		}
-		if r.Counts[0] < k.held {
-			c.stats.Expired.Add(k.held - r.Counts[0])
-			k.held = r.Counts[0]
+		switch got := r.Counts[0]; {
+		case got < 0: // lost, and its permits out recorded again
+			c.stats.Expired.Add(max(0, k.held+got))
+			k.held = -got
+			k.block = min(k.block, k.held)
+		case got < k.held:
+			c.stats.Expired.Add(k.held - got)
+			k.held = got
 			k.block = min(k.block, k.held)
 		}
 		k.gen = gen
+		k.until = c.leaseEnd(at)
 	}
 	return all
 }
@@ -650,9 +780,9 @@ func (c *Concurrency) settle(now time.Time) {
 		}
 		switch keep := max(k.block, k.out); {
 		case k.out > k.held:
-			c.setBlock(k, k.n, k.out, true, &claim{done: make(chan struct{}), start: now})
+			c.setBlock(k, k.n, k.out, true, &claim{done: make(chan struct{}), start: now, sent: c.mono()})
 		case k.held > keep:
-			c.setBlock(k, k.n, keep, false, &claim{done: make(chan struct{}), start: now})
+			c.setBlock(k, k.n, keep, false, &claim{done: make(chan struct{}), start: now, sent: c.mono()})
 		}
 	}
 }

@@ -130,7 +130,7 @@ func TestPermitInput(t *testing.T) {
 			}
 		}
 	}
-	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
+	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -2, "huge": 1 << 40}[k] }))
 	permittest.InvalidKeys(t, c)
 	permittest.PastDeadlineClose(t, c)
 }
@@ -146,10 +146,11 @@ func TestPermitCloseRace(t *testing.T) {
 }
 
 // TestPermitOutage: while Redis is paused (CLIENT PAUSE) or killed, no
-// caller gets an error, and once its breaker is open each instance has at
-// most its share out, though its block holds more (instance 0 takes 5 of
-// the 6 into its block first); when Redis is back, the permits out are
-// recorded in Redis, and the fleet is exact again.
+// caller gets an error, and once its breaker is open each instance gives
+// only from the block Redis holds for it (instance 0 takes 5 of the 6 into
+// its block first), so the fleet stays within N; when Redis is back, the
+// permits out are recorded in Redis (again, after a restart from empty),
+// and the fleet is exact.
 func TestPermitOutage(t *testing.T) {
 	for _, kind := range []string{"pause", "kill"} {
 		t.Run(kind, func(t *testing.T) {
@@ -195,8 +196,8 @@ func TestPermitOutage(t *testing.T) {
 			case "kill":
 				srv.Kill()
 			}
-			// Until its breaker opens an instance spends its block (Redis
-			// counts it); from then on, its share.
+			// Before and after its breaker opens an instance spends its
+			// block only (Redis counts it).
 			began := time.Now()
 			for _, c := range cs {
 				for !c.guard.Down() && time.Since(began) < outage/2 {
@@ -210,15 +211,19 @@ func TestPermitOutage(t *testing.T) {
 				}
 			}
 			peaks, held := loadOutage(t, cs, outage-200*time.Millisecond-time.Since(began))
-			var fallback int64
+			var fallback, sum int64
 			for i, c := range cs {
-				if peaks[i] > c.share(n) || peaks[i] == 0 {
-					t.Errorf("instance %d: %d in flight during the outage, want 1 to its share %d (its block was %d)", i, peaks[i], c.share(n), blocks[i])
+				if peaks[i] > blocks[i] {
+					t.Errorf("instance %d: %d in flight during the outage, want at most its block %d", i, peaks[i], blocks[i])
 				}
+				sum += peaks[i]
 				fallback += c.Stats().Fallback
 			}
+			if sum > n {
+				t.Errorf("peaks in flight during the outage %v sum to %d, want at most %d", peaks, sum, n)
+			}
 			if fallback == 0 {
-				t.Errorf("Stats().Fallback = 0 on every instance, want permits from the shares")
+				t.Errorf("Stats().Fallback = 0 on every instance, want permits from the blocks")
 			}
 			if kind == "kill" {
 				// The breaker is open: no acquisition waits on Redis.
@@ -539,7 +544,8 @@ func TestPermitMisconfigured(t *testing.T) {
 	}
 }
 
-// TestPermitFunc: each key gets WithPermitFunc's number (0: the default).
+// TestPermitFunc: each key gets WithPermitFunc's number (DefaultPermits:
+// the constructor's).
 func TestPermitFunc(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
@@ -547,7 +553,7 @@ func TestPermitFunc(t *testing.T) {
 		if k == "big" {
 			return 4
 		}
-		return 0
+		return tierlimit.DefaultPermits
 	}))
 	defer c.Close()
 	for _, tt := range []struct {
@@ -701,4 +707,76 @@ func TestPermitStoppedProcess(t *testing.T) {
 	if s := c.Stats(); s.Fallback != 0 {
 		t.Errorf("%d permits from the share while Redis answered; stats %+v", s.Fallback, s)
 	}
+}
+
+// TestPermitBurst: simultaneous arrivals on a key with permits free get
+// them, cold and warm.
+func TestPermitBurst(t *testing.T) {
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 3)
+	defer c.Close()
+	permittest.Burst(t, c)
+}
+
+// TestPermitCloseStalled: Close is bounded on a paused Redis with go-redis's
+// default client.
+func TestPermitCloseStalled(t *testing.T) {
+	srv := redistest.Start(t)
+	permittest.CloseStalled(t, srv.Addr, func(rdb *redis.Client) permittest.Limiter {
+		c, _ := NewConcurrency(rdb, 5)
+		return c
+	})
+}
+
+// TestPermitLeaseDeadline: past its deadline by the instance's clock (a
+// process stopped longer than that), a block is not given from until a
+// call to Redis confirms it.
+func TestPermitLeaseDeadline(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	calls := &callcount.Trips{}
+	rdb.AddHook(calls)
+	c, _ := NewConcurrency(rdb, 3, WithPermitIdle(time.Minute))
+	defer c.Close()
+	p, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	var mu sync.Mutex
+	skew := time.Duration(0)
+	c.mu.Lock()
+	mono := c.mono
+	c.mono = func() time.Duration { mu.Lock(); defer mu.Unlock(); return mono() + skew }
+	c.mu.Unlock()
+	before := calls.Load()
+	if p, ok, _ := c.TryAcquire(ctx, "k"); !ok || calls.Load() != before {
+		t.Fatalf("TryAcquire within the lease = %v after %d calls, want a permit from the block, no call", ok, calls.Load()-before)
+	} else {
+		p.Release()
+	}
+	mu.Lock()
+	skew = DefaultPermitTTL
+	mu.Unlock()
+	before = calls.Load()
+	if p, ok, _ := c.TryAcquire(ctx, "k"); !ok || calls.Load() == before {
+		t.Fatalf("TryAcquire past the lease = %v after %d calls, want a permit after a call confirming the block", ok, calls.Load()-before)
+	} else {
+		p.Release()
+	}
+}
+
+// TestPermitFaults runs the fault table (permittest.FaultTable).
+func TestPermitFaults(t *testing.T) { permittest.FaultTable(t) }
+
+// TestPermitNoPermits: a key its permit func blocks is refused, without a
+// call to Redis.
+func TestPermitNoPermits(t *testing.T) {
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 2, WithPermitFunc(func(k string) int64 {
+		if k == "none" {
+			return tierlimit.NoPermits
+		}
+		return tierlimit.DefaultPermits
+	}))
+	defer c.Close()
+	permittest.Blocked(t, c)
 }

@@ -162,6 +162,9 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 	if err != nil {
 		return tierlimit.Permit{}, false, err
 	}
+	if n == 0 {
+		return permit.Blocked(&c.stats, c.onPermit)
+	}
 	i, s := c.shard(key)
 	s.mu.Lock()
 	k := c.entry(s, key)
@@ -190,6 +193,10 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	n, err := c.check(ctx, key)
 	if err != nil {
 		return tierlimit.Permit{}, err
+	}
+	if n == 0 {
+		permit.Report(c.onPermit, false, tierlimit.SourceBlocked, 0)
+		return tierlimit.Permit{}, tierlimit.ErrWaitDeadline // no permit will ever be free
 	}
 	i, s := c.shard(key)
 	s.mu.Lock()

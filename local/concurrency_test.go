@@ -25,7 +25,7 @@ func TestPermitLimit(t *testing.T) {
 		{"one", 1, nil, "a", 1},
 		{"three", 3, nil, "a", 3},
 		{"func", 3, func(k string) int64 { return int64(len(k)) }, "abcde", 5},
-		{"func zero is default", 3, func(string) int64 { return 0 }, "abcde", 3},
+		{"func default", 3, func(string) int64 { return tierlimit.DefaultPermits }, "abcde", 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,12 +182,12 @@ func TestPermitInput(t *testing.T) {
 	}
 	c, _ := NewConcurrency(2, WithPermitFunc(func(k string) int64 {
 		if k == "neg" {
-			return -1
+			return -2
 		}
 		if k == "huge" {
 			return tierlimit.MaxPermits + 1
 		}
-		return 0
+		return tierlimit.DefaultPermits
 	}))
 	permittest.InvalidKeys(t, c)
 	c.Close()
@@ -332,4 +332,24 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5 s")
 		}
 	}
+}
+
+// TestPermitBurst: simultaneous arrivals on a key with permits free get
+// them, cold and warm.
+func TestPermitBurst(t *testing.T) {
+	c, _ := NewConcurrency(3)
+	defer c.Close()
+	permittest.Burst(t, c)
+}
+
+// TestPermitNoPermits: a key its permit func blocks is refused.
+func TestPermitNoPermits(t *testing.T) {
+	c, _ := NewConcurrency(2, WithPermitFunc(func(k string) int64 {
+		if k == "none" {
+			return tierlimit.NoPermits
+		}
+		return tierlimit.DefaultPermits
+	}))
+	defer c.Close()
+	permittest.Blocked(t, c)
 }

@@ -5,7 +5,8 @@
 -- KEYS[2]  hash: holder id -> permits it holds; field "=" -> their total
 --          (holder ids are the library's, never "=")
 -- ARGV[1]  client clock in µs, or 0 for the server's (see lib.lua)
--- ARGV[2]  "s": set one holder's permits; "r": renew holders
+-- ARGV[2]  "s": set one holder's permits; "r": renew holders; "R": renew
+--          holders, recording again those the key lost
 --
 -- "s": ARGV[3] holder, ARGV[4] target count, ARGV[5] n (the key's limit),
 --      ARGV[6] ttl_ms, ARGV[7] "1" to record the target whatever the total
@@ -18,6 +19,13 @@
 --      resends a command whose connection broke) does what once does.
 -- "r": ARGV[3] ttl_ms, ARGV[4..] holders: each holder still present expires
 --      ttl_ms from now. Reply: the count each holds (0: expired, lost).
+-- "R": ARGV[3] ttl_ms, ARGV[4..] pairs of holder and the count it holds:
+--      each holder still present expires ttl_ms from now; one the key lost
+--      (Redis flushed, restarted empty or evicted the state, or expired the
+--      holder while its renewals could not reach Redis) is recorded again
+--      with its count, whatever the total: those permits are in flight.
+--      Reply: per holder, the count it holds if it was present, else minus
+--      the count recorded again (0: nothing to record).
 --
 -- Invariants: every call first removes expired holders and their permits;
 -- the total is the sum of the holders' counts and, but for forced records,
@@ -48,6 +56,28 @@ local function tidy()
   local ms = tonumber(last[2]) - now + 1
   redis.call('PEXPIRE', zset, ms)
   redis.call('PEXPIRE', hash, ms)
+end
+
+if ARGV[2] == 'R' then
+  local ttl = tonumber(ARGV[3])
+  local total = tonumber(redis.call('HGET', hash, '=')) or 0
+  local counts = {}
+  for i = 4, #ARGV, 2 do
+    local h, want = ARGV[i], tonumber(ARGV[i + 1])
+    local c = 0
+    if redis.call('ZSCORE', zset, h) then
+      redis.call('ZADD', zset, 'XX', now + ttl, h)
+      c = tonumber(redis.call('HGET', hash, h)) or 0
+    elseif want > 0 then
+      total = total + want
+      redis.call('HSET', hash, h, want, '=', total)
+      redis.call('ZADD', zset, now + ttl, h)
+      c = -want
+    end
+    counts[#counts + 1] = c
+  end
+  tidy()
+  return counts
 end
 
 if ARGV[2] == 'r' then

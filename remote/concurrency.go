@@ -214,6 +214,9 @@ func (c *Concurrency) TryAcquire(ctx context.Context, key string) (tierlimit.Per
 	if err != nil {
 		return tierlimit.Permit{}, false, err
 	}
+	if n == 0 {
+		return permit.Blocked(&c.stats, c.onPermit)
+	}
 	p, ok, err := c.try(ctx, key, n)
 	if err != nil {
 		return tierlimit.Permit{}, false, err
@@ -234,6 +237,10 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (tierlimit.Permit
 	n, err := c.check(ctx, key)
 	if err != nil {
 		return tierlimit.Permit{}, err
+	}
+	if n == 0 {
+		permit.Report(c.onPermit, false, tierlimit.SourceBlocked, 0)
+		return tierlimit.Permit{}, tierlimit.ErrWaitDeadline // no permit will ever be free
 	}
 	return c.queue.Poll(ctx, key, &c.stats, c.done, c.onPermit, func() (tierlimit.Permit, bool, tierlimit.Source, error) {
 		p, ok, err := c.try(ctx, key, n)
@@ -377,16 +384,20 @@ func (c *Concurrency) renewLoop() {
 	}
 }
 
-// renew extends every held permit's TTL in one pipeline, and forgets those
-// Redis no longer has (they expired: their holders' Release is a no-op).
+// renew extends every held permit's TTL in one pipeline, recording again
+// those Redis lost (counted in Stats().Expired).
 func (c *Concurrency) renew() {
 	c.mu.Lock()
 	rs := make([]store.Renewal, 0, len(c.held))
 	names := make([]string, 0, len(c.held))
 	for key, h := range c.held {
-		r := store.Renewal{Keys: h.keys, Holders: make([]string, 0, len(h.holders))}
+		// A permit Redis lost (a flush, a restart from empty, eviction, or
+		// its expiry while renewals could not reach Redis) is recorded
+		// again: its request is in flight.
+		r := store.Renewal{Keys: h.keys, Holders: make([]string, 0, len(h.holders)), Want: make([]int64, 0, len(h.holders))}
 		for holder := range h.holders {
 			r.Holders = append(r.Holders, holder)
+			r.Want = append(r.Want, 1)
 		}
 		rs = append(rs, r)
 		names = append(names, key)
@@ -421,9 +432,11 @@ func (c *Concurrency) renew() {
 		}
 		h := c.held[names[i]]
 		for j, holder := range r.Holders {
+			if _, ok := h.holdersOf()[holder]; ok && r.Counts[j] <= 0 {
+				c.stats.Expired.Add(1)
+			}
 			if _, ok := h.holdersOf()[holder]; ok && r.Counts[j] == 0 {
 				delete(h.holders, holder)
-				c.stats.Expired.Add(1)
 			}
 		}
 		if h != nil && len(h.holders) == 0 {

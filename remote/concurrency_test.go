@@ -25,7 +25,7 @@ func TestPermits(t *testing.T) {
 		if k == "big" {
 			return 3
 		}
-		return 0
+		return tierlimit.DefaultPermits
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestPermitInput(t *testing.T) {
 			}
 		}
 	}
-	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -1, "huge": 1 << 40}[k] }))
+	c, _ := NewConcurrency(rdb, 1, WithPermitFunc(func(k string) int64 { return map[string]int64{"neg": -2, "huge": 1 << 40}[k] }))
 	permittest.InvalidKeys(t, c)
 	permittest.PastDeadlineClose(t, c)
 }
@@ -307,7 +307,7 @@ func TestPermitObserver(t *testing.T) {
 	ctx := context.Background()
 	c.TryAcquire(ctx, "k")
 	c.TryAcquire(ctx, "k")
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	c.Acquire(short, "k")
 	want := []bool{true, false, false}
@@ -347,4 +347,38 @@ func TestPermitRenewalRoundTrips(t *testing.T) {
 	if s := c.Stats(); s.Expired != 0 {
 		t.Errorf("Stats().Expired = %d, want 0", s.Expired)
 	}
+}
+
+// TestPermitBurst: simultaneous arrivals on a key with permits free get
+// them, cold and warm.
+func TestPermitBurst(t *testing.T) {
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 3)
+	defer c.Close()
+	permittest.Burst(t, c)
+}
+
+// TestPermitCloseStalled: Close is bounded on a paused Redis with go-redis's
+// default client.
+func TestPermitCloseStalled(t *testing.T) {
+	srv := redistest.Start(t)
+	permittest.CloseStalled(t, srv.Addr, func(rdb *redis.Client) permittest.Limiter {
+		c, _ := NewConcurrency(rdb, 5)
+		return c
+	})
+}
+
+// TestPermitFaults runs the fault table (permittest.FaultTable).
+func TestPermitFaults(t *testing.T) { permittest.FaultTable(t) }
+
+// TestPermitNoPermits: a key its permit func blocks is refused, without a
+// call to Redis.
+func TestPermitNoPermits(t *testing.T) {
+	c, _ := NewConcurrency(redistest.Start(t).Client(t), 2, WithPermitFunc(func(k string) int64 {
+		if k == "none" {
+			return tierlimit.NoPermits
+		}
+		return tierlimit.DefaultPermits
+	}))
+	defer c.Close()
+	permittest.Blocked(t, c)
 }

@@ -18,9 +18,10 @@ import (
 )
 
 // Limit checks key and returns its number of permits: fn's answer for it,
-// or def when fn is nil or answers 0. A key error wraps
-// tierlimit.ErrInvalidKey, an answer outside 1 to tierlimit.MaxPermits
-// tierlimit.ErrInvalidLimit.
+// 0 for a key fn blocks (tierlimit.NoPermits), or def when fn is nil or
+// answers tierlimit.DefaultPermits. A key error wraps
+// tierlimit.ErrInvalidKey, any other answer outside 1 to
+// tierlimit.MaxPermits tierlimit.ErrInvalidLimit.
 func Limit(key string, def int64, fn tierlimit.PermitFunc) (int64, error) {
 	if err := check.Key(key); err != nil {
 		return 0, fmt.Errorf("%w (key %q)", err, trim(key))
@@ -28,14 +29,26 @@ func Limit(key string, def int64, fn tierlimit.PermitFunc) (int64, error) {
 	if fn == nil {
 		return def, nil
 	}
-	n := fn(key)
-	if n == 0 {
+	switch n := fn(key); n {
+	case tierlimit.DefaultPermits:
 		return def, nil
+	case tierlimit.NoPermits:
+		return 0, nil
+	default:
+		if err := tierlimit.CheckPermits(n); err != nil {
+			return 0, fmt.Errorf("%w from the permit func (key %q)", err, key)
+		}
+		return n, nil
 	}
-	if err := tierlimit.CheckPermits(n); err != nil {
-		return 0, fmt.Errorf("%w from the permit func (key %q)", err, key)
-	}
-	return n, nil
+}
+
+// Blocked reports a refusal of a key its permit func blocks (n is 0) to
+// s and onPermit, and returns TryAcquire's answer for it; Acquire returns
+// tierlimit.ErrWaitDeadline instead.
+func Blocked(s *Stats, onPermit func(tierlimit.PermitDecision)) (tierlimit.Permit, bool, error) {
+	s.Refused.Add(1)
+	Report(onPermit, false, tierlimit.SourceBlocked, 0)
+	return tierlimit.Permit{}, false, nil
 }
 
 // trim shortens a key for an error message.

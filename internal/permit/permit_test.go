@@ -12,7 +12,11 @@ import (
 
 func TestLimit(t *testing.T) {
 	fn := func(k string) int64 {
-		return map[string]int64{"neg": -1, "five": 5, "huge": tierlimit.MaxPermits + 1}[k]
+		m := map[string]int64{"neg": -2, "five": 5, "huge": tierlimit.MaxPermits + 1, "none": tierlimit.NoPermits}
+		if n, ok := m[k]; ok {
+			return n
+		}
+		return tierlimit.DefaultPermits
 	}
 	for _, tt := range []struct {
 		key  string
@@ -23,6 +27,8 @@ func TestLimit(t *testing.T) {
 		{"k", nil, 3, nil},
 		{"k", fn, 3, nil},
 		{"five", fn, 5, nil},
+		{"none", fn, 0, nil},
+		{"zero", func(string) int64 { return 0 }, 0, nil},
 		{"neg", fn, 0, tierlimit.ErrInvalidLimit},
 		{"huge", fn, 0, tierlimit.ErrInvalidLimit},
 		{"", nil, 0, tierlimit.ErrInvalidKey},

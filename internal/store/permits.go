@@ -53,8 +53,12 @@ func SetPermits(ctx context.Context, rdb redis.UniversalClient, keys []string, h
 type Renewal struct {
 	Keys    []string // PermitKeys
 	Holders []string
-	Counts  []int64 // set by RenewPermits: what each holder still holds (0: lost)
-	Err     error   // set by RenewPermits
+	// Want, if set, is what each holder holds in the caller's view: a
+	// holder the key lost is recorded again with it, whatever the total
+	// (its permits are in flight), and its Counts entry is minus it.
+	Want   []int64
+	Counts []int64 // set by RenewPermits: what each holder still holds (0: lost)
+	Err    error   // set by RenewPermits
 }
 
 // RenewPermits extends every renewal's holders to expire ttl from now, in one
@@ -66,10 +70,17 @@ func RenewPermits(ctx context.Context, rdb redis.UniversalClient, ttl time.Durat
 		cmds := make([]*redis.Cmd, len(only))
 		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for j, i := range only {
-				args := make([]any, 0, 3+len(rs[i].Holders))
-				args = append(args, 0, "r", ttl.Milliseconds())
-				for _, h := range rs[i].Holders {
-					args = append(args, h)
+				args := make([]any, 0, 3+2*len(rs[i].Holders))
+				if rs[i].Want == nil {
+					args = append(args, 0, "r", ttl.Milliseconds())
+					for _, h := range rs[i].Holders {
+						args = append(args, h)
+					}
+				} else {
+					args = append(args, 0, "R", ttl.Milliseconds())
+					for j, h := range rs[i].Holders {
+						args = append(args, h, rs[i].Want[j])
+					}
 				}
 				if !eval {
 					cmds[j] = script.Permits.EvalSha(ctx, p, rs[i].Keys, args...)

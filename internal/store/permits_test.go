@@ -75,3 +75,22 @@ func TestPermitsExpire(t *testing.T) {
 		t.Errorf("renewal of the expired holder = %v, %v; want [0]", rs[0].Counts, rs[0].Err)
 	}
 }
+
+// TestRenewRecordsLost: a renewal with the holders' counts records again
+// the holders a flush lost, past N, and renews the others.
+func TestRenewRecordsLost(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	keys := PermitKeys("t:", "k")
+	SetPermits(ctx, rdb, keys, "a", 2, 3, time.Minute, false)
+	rdb.FlushAll(ctx)
+	SetPermits(ctx, rdb, keys, "b", 3, 3, time.Minute, false)
+	rs := []Renewal{{Keys: keys, Holders: []string{"a", "b", "c"}, Want: []int64{2, 3, 0}}}
+	RenewPermits(ctx, rdb, time.Minute, rs)
+	if rs[0].Err != nil || len(rs[0].Counts) != 3 || rs[0].Counts[0] != -2 || rs[0].Counts[1] != 3 || rs[0].Counts[2] != 0 {
+		t.Fatalf("RenewPermits = %v, %v; want [-2 3 0]", rs[0].Counts, rs[0].Err)
+	}
+	if _, total, _ := SetPermits(ctx, rdb, keys, "c", 1, 3, time.Minute, false); total != 5 {
+		t.Errorf("total after the lost holder's record = %d, want 5", total)
+	}
+}

@@ -41,6 +41,7 @@ type memberSpec struct {
 	TTL      time.Duration
 	Duration time.Duration
 	Hold     bool // hold N permits and sleep until killed
+	Times    bool // record each permit's time in flight (runTimed)
 }
 
 type memberReport struct {
@@ -78,6 +79,14 @@ func Member(t *testing.T, tier Tier) {
 		}
 		fmt.Println("held")
 		time.Sleep(time.Minute)
+	}
+	if spec.Times {
+		fmt.Println("ready")
+		rep := runTimed(c, spec.Duration)
+		out, _ := json.Marshal(rep)
+		fmt.Println(string(out))
+		c.Close()
+		return
 	}
 	rep := runMember(c, rdb, spec.N, spec.Duration)
 	c.Close()

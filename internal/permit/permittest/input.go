@@ -146,3 +146,25 @@ func CloseRace(t *testing.T, newLimiter func() Limiter, keepLast bool) {
 		t.Errorf("%d goroutines after Close, want at most %d", n, before)
 	}
 }
+
+// Blocked checks that c, whose permit func answers tierlimit.NoPermits
+// for key "none", refuses it: TryAcquire false with no error, Acquire
+// tierlimit.ErrWaitDeadline at once, and that other keys are served.
+func Blocked(t *testing.T, c tierlimit.Concurrency) {
+	t.Helper()
+	ctx := context.Background()
+	for range 3 {
+		if p, ok, err := c.TryAcquire(ctx, "none"); ok || err != nil || p.Valid() {
+			t.Errorf("TryAcquire of a blocked key = %v, %v, want false, nil", ok, err)
+		}
+	}
+	start := time.Now()
+	if _, err := c.Acquire(ctx, "none"); !errors.Is(err, tierlimit.ErrWaitDeadline) || time.Since(start) > time.Second {
+		t.Errorf("Acquire of a blocked key = %v after %v, want ErrWaitDeadline at once", err, time.Since(start))
+	}
+	p, ok, err := c.TryAcquire(ctx, "other")
+	if !ok || err != nil {
+		t.Errorf("TryAcquire of another key = %v, %v, want a permit", ok, err)
+	}
+	p.Release()
+}
