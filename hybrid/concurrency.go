@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
 	"github.com/tierlimit/tierlimit/internal/check"
-	calls "github.com/tierlimit/tierlimit/internal/detach"
+	"github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/evict"
 	"github.com/tierlimit/tierlimit/internal/outage"
 	"github.com/tierlimit/tierlimit/internal/permit"
@@ -83,7 +83,7 @@ type Concurrency struct {
 	// the process is stopped. One read of the monotonic clock, not
 	// time.Now's two, on every permit given (BenchmarkPermit).
 	mono    func() time.Duration
-	honours bool // the client ends a call at its context's deadline (calls.Honours)
+	honours bool // the client ends a call at its context's deadline (detach.Honours)
 
 	done chan struct{} // closed by Close
 	// life ends when Close begins: the background's calls end with it,
@@ -243,7 +243,7 @@ func NewConcurrency(rdb redis.UniversalClient, n int64, opts ...ConcurrencyOptio
 	c.hold = hold
 	born := time.Now()
 	c.mono = func() time.Duration { return time.Since(born) }
-	c.honours = calls.Honours(rdb)
+	c.honours = detach.Honours(rdb)
 	c.life, c.stop = context.WithCancel(context.Background())
 	c.guard = outage.New(c.cfg.budget, c.cfg.threshold, c.cfg.probe)
 	pulse.Start() // the guard's silences less the process's own stalls; Close stops it
@@ -368,7 +368,7 @@ func (c *Concurrency) Close() error {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 	defer cancel()
-	_, _ = calls.Call(c.honours, ctx, func(ctx context.Context) (struct{}, error) {
+	_, _ = detach.Call(c.honours, ctx, func(ctx context.Context) (struct{}, error) {
 		for _, b := range backs {
 			if _, _, err := store.SetPermits(ctx, c.rdb, b.rkeys, c.id, b.target, c.n, c.cfg.ttl, false); err != nil {
 				break // the rest expire with their TTL
@@ -662,7 +662,7 @@ func (c *Concurrency) maintain() {
 func (c *Concurrency) background(d time.Duration, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(c.life, d)
 	defer cancel()
-	_, err := calls.Call(c.honours, ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := detach.Call(c.honours, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, f(ctx)
 	})
 	return err
