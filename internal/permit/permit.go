@@ -7,6 +7,7 @@ package permit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -171,13 +172,21 @@ const (
 // with the time waited: 0 for a permit free at once.
 func (q *Queue) Poll(ctx context.Context, key string, s *Stats, done <-chan struct{}, onPermit func(tierlimit.PermitDecision),
 	try func() (p tierlimit.Permit, ok bool, src tierlimit.Source, err error)) (tierlimit.Permit, error) {
+	start := time.Now()
+	// gaveUp reports an Acquire whose ctx ended during a call to Redis as
+	// one that gave up waiting, as when it ends between calls.
+	gaveUp := func(err error) {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			Report(onPermit, false, tierlimit.SourceRemote, time.Since(start))
+		}
+	}
 	if p, ok, src, err := try(); err != nil || ok {
 		if ok {
 			Report(onPermit, true, src, 0)
 		}
+		gaveUp(err)
 		return p, err
 	}
-	start := time.Now()
 	woken := q.Join(key)
 	defer q.Leave(key, woken)
 	s.Waiting.Add(1)
@@ -201,6 +210,7 @@ func (q *Queue) Poll(ctx context.Context, key string, s *Stats, done <-chan stru
 			if ok {
 				Report(onPermit, true, src, time.Since(start))
 			}
+			gaveUp(err)
 			return p, err
 		}
 	}
