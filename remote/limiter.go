@@ -2,9 +2,7 @@ package remote
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tierlimit/tierlimit"
@@ -60,21 +58,6 @@ func newLimiter(by string, rdb redis.UniversalClient, alg *store.Algorithm, limi
 // named returns err as remote's callers see it (check.Named).
 func named(err error) error { return check.Named("remote", err) }
 
-// keyed returns err as remote's callers of key see it: named, and a cost
-// refused for a key that its error does not name says which key, in the
-// words hybrid uses (`invalid cost: key "k": n 100 must be between 0 and
-// 10`).
-func keyed(key string, err error) error {
-	if err == nil || !errors.Is(err, tierlimit.ErrInvalidCost) || strings.Contains(err.Error(), `key "`) {
-		return named(err)
-	}
-	detail, ok := strings.CutPrefix(err.Error(), tierlimit.ErrInvalidCost.Error()+": ")
-	if !ok {
-		return named(err)
-	}
-	return named(fmt.Errorf("%w: key %q: %s", tierlimit.ErrInvalidCost, key, detail))
-}
-
 // AllowN reports whether n events may happen now for key, and charges them
 // if so. n == 0 peeks: it charges nothing and is allowed, with Remaining
 // telling what is left, but on a TokenBucket or GCRA key in debt (Settle),
@@ -83,7 +66,7 @@ func keyed(key string, err error) error {
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	res, err := detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
 	if err != nil {
-		return res, keyed(key, err)
+		return res, named(err)
 	}
 	return res, nil
 }
@@ -136,7 +119,7 @@ func (l *limiter) AllowAll(ctx context.Context, takes ...tierlimit.Take) (tierli
 // AllowN's errors (bad input is reported before any wait).
 func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Result, error) {
 	if err := l.s.Check(key, n); err != nil {
-		return tierlimit.Result{}, keyed(key, err)
+		return tierlimit.Result{}, named(err)
 	}
 	res, err := l.lines.N(ctx, key, func() (tierlimit.Result, error) {
 		return detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.AllowN(ctx, key, n) })
@@ -164,7 +147,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int64) (tierlimit.Res
 // returns the blocked Result (not Allowed, Limit tierlimit.Blocked).
 func (l *limiter) Settle(ctx context.Context, key string, charged, used int64) (tierlimit.Result, error) {
 	res, err := detach.Call(l.honours, ctx, func(ctx context.Context) (tierlimit.Result, error) { return l.s.Settle(ctx, key, charged, used) })
-	return res, keyed(key, err)
+	return res, named(err)
 }
 
 // AllowAtMost takes between 1 and n tokens for key, as many as it holds

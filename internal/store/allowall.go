@@ -127,8 +127,8 @@ func (l *Limiter) groups(takes []tierlimit.Take) ([]*group, int64, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if err := p.checkCost(t.N); err != nil {
-			return nil, 0, fmt.Errorf("%w (take of key %q)", err, t.Key)
+		if err := p.checkCost(t.Key, t.N); err != nil {
+			return nil, 0, err
 		}
 		total += min(t.N, (1<<62)-total) // a sum for the observer only
 		if p == blockedPlan {

@@ -36,12 +36,14 @@ func (p *plan) check(key string, n int64) error {
 	if err := check.Key(key); err != nil {
 		return err
 	}
-	return p.checkCost(n)
+	return p.checkCost(key, n)
 }
 
-func (p *plan) checkCost(n int64) error {
+// checkCost validates cost n of key under p; its error names the key, in
+// the words every tier uses.
+func (p *plan) checkCost(key string, n int64) error {
 	if n < 0 || n > p.maxN {
-		return fmt.Errorf("%w: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, n, p.maxN)
+		return fmt.Errorf("%w: key %q: n %d must be between 0 and %d", tierlimit.ErrInvalidCost, key, n, p.maxN)
 	}
 	return nil
 }
