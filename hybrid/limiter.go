@@ -17,6 +17,7 @@ import (
 	"github.com/tierlimit/tierlimit/internal/detach"
 	"github.com/tierlimit/tierlimit/internal/front"
 	"github.com/tierlimit/tierlimit/internal/perlimit"
+	"github.com/tierlimit/tierlimit/internal/place"
 	"github.com/tierlimit/tierlimit/internal/store"
 	"github.com/tierlimit/tierlimit/internal/wait"
 	"golang.org/x/sync/singleflight"
@@ -46,6 +47,7 @@ type limiter struct {
 	rdb      redis.UniversalClient
 	bucket   *store.Limiter
 	keys     *table
+	place    atomic.Pointer[place.Hold]      // l's place in the registry of every tier's limiters, until unregister
 	share    atomic.Pointer[tierlimit.Limit] // what each key is held to while the breaker is open
 	brk      *breaker
 	rtt      latency       // of Redis's answers: when a slow call counts as failed

@@ -16,10 +16,6 @@ import (
 	"github.com/tierlimit/tierlimit/internal/store"
 )
 
-// holds holds each live limiter's place in the registry of every tier's
-// limiters (internal/place), for unregister.
-var holds sync.Map // *limiter -> *place.Hold
-
 // register records l at its place, or returns an error wrapping
 // tierlimit.ErrMisconfigured if a live limiter of this process, of any
 // tier, keeps other limits there: the two would share buckets. Limiters
@@ -34,7 +30,7 @@ func register(l *limiter) error {
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
-	holds.Store(l, h)
+	l.place.Store(h)
 	pulse.Start() // the process's own stalls, for call's silence
 	return nil
 }
@@ -61,11 +57,11 @@ func heard(rdb redis.UniversalClient) *atomic.Int64 {
 
 // unregister forgets l (Close).
 func unregister(l *limiter) {
-	h, ok := holds.LoadAndDelete(l)
-	if !ok {
+	h := l.place.Swap(nil)
+	if h == nil {
 		return
 	}
-	h.(*place.Hold).Drop()
+	h.Drop()
 	pulse.Stop()
 }
 
