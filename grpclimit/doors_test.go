@@ -205,6 +205,33 @@ type counted struct {
 	served atomic.Int64
 }
 
+// refuses checks that calls unary calls and a stream of tenant are
+// refused with ResourceExhausted and no retry hint, and that none was
+// served.
+func (c *counted) refuses(t *testing.T, tenant string, calls int) {
+	t.Helper()
+	ctx := tenantCtx(t, tenant)
+	for i := range calls {
+		var trailer metadata.MD
+		err := unary(ctx, c.cc, grpc.Trailer(&trailer))
+		checkNoRetry(t, fmt.Sprintf("call %d", i), err, trailer, codes.ResourceExhausted)
+	}
+	trailer, err := stream(ctx, c.cc)
+	checkNoRetry(t, "stream", err, trailer, codes.ResourceExhausted)
+	if got := c.served.Load(); got != 0 {
+		t.Errorf("%d calls of tenant %q served, want 0", got, tenant)
+	}
+}
+
+// servesAnother checks that a call of another tenant, after refusals
+// only, is served.
+func (c *counted) servesAnother(t *testing.T) {
+	t.Helper()
+	if err := unary(tenantCtx(t, "tenant-paying"), c.cc); err != nil || c.served.Load() != 1 {
+		t.Errorf("call of another tenant: %v, served %d; want served", err, c.served.Load())
+	}
+}
+
 // serveCounted serves in's calls and counts those its handlers serve.
 // before, if not nil, runs in front of in (to count attempts).
 func serveCounted(t *testing.T, in *Interceptor, before grpc.UnaryServerInterceptor, copts ...grpc.DialOption) *counted {
@@ -304,21 +331,9 @@ func TestInvalidLimitRefused(t *testing.T) {
 					var log errorLog
 					opts := append([]Option{WithKey(KeyMetadata("x-tenant")), log.option()}, pol.opts...)
 					srv := serveCounted(t, mustNew(t, tr.make(t, planOf(bad.limit)), opts...), nil)
-					ctx := tenantCtx(t, suspended)
-					for i := range 3 {
-						var trailer metadata.MD
-						err := unary(ctx, srv.cc, grpc.Trailer(&trailer))
-						checkNoRetry(t, fmt.Sprintf("call %d", i), err, trailer, codes.ResourceExhausted)
-					}
-					trailer, err := stream(ctx, srv.cc)
-					checkNoRetry(t, "stream", err, trailer, codes.ResourceExhausted)
-					if got := srv.served.Load(); got != 0 {
-						t.Errorf("%d calls of the suspended tenant served, want 0", got)
-					}
+					srv.refuses(t, suspended, 3)
 					log.check(t, tierlimit.ErrInvalidLimit, "refused")
-					if err := unary(tenantCtx(t, "tenant-paying"), srv.cc); err != nil || srv.served.Load() != 1 {
-						t.Errorf("call of another tenant: %v, served %d; want served", err, srv.served.Load())
-					}
+					srv.servesAnother(t)
 				})
 			}
 		}
@@ -337,22 +352,10 @@ func TestLookupFailureRefused(t *testing.T) {
 				var log errorLog
 				opts := append([]Option{WithKey(KeyMetadata("x-tenant")), log.option()}, pol.opts...)
 				srv := serveCounted(t, mustNew(t, tr.make(t, nil), opts...), nil)
-				ctx := tenantCtx(t, suspended)
-				for i := range 3 {
-					var trailer metadata.MD
-					err := unary(ctx, srv.cc, grpc.Trailer(&trailer))
-					checkNoRetry(t, fmt.Sprintf("call %d", i), err, trailer, codes.ResourceExhausted)
-				}
-				trailer, err := stream(ctx, srv.cc)
-				checkNoRetry(t, "stream", err, trailer, codes.ResourceExhausted)
-				if got := srv.served.Load(); got != 0 {
-					t.Errorf("%d calls of the tenant whose lookup failed served, want 0", got)
-				}
+				srv.refuses(t, suspended, 3)
 				log.check(t, tierlimit.ErrLimitLookup, "lookup of its key's limit failed")
 				log.check(t, errPlansDown, "refused")
-				if err := unary(tenantCtx(t, "tenant-paying"), srv.cc); err != nil || srv.served.Load() != 1 {
-					t.Errorf("call of another tenant: %v, served %d; want served", err, srv.served.Load())
-				}
+				srv.servesAnother(t)
 			})
 		}
 	}
@@ -581,19 +584,9 @@ func TestInvalidPermitsRefused(t *testing.T) {
 					var log errorLog
 					opts := append([]Option{WithKey(KeyMetadata("x-tenant")), WithConcurrency(conc), log.option()}, pol.opts...)
 					srv := serveCounted(t, mustNew(t, newLocal(t, tierlimit.PerSecond(100)), opts...), nil)
-					ctx := tenantCtx(t, suspended)
-					var trailer metadata.MD
-					err := unary(ctx, srv.cc, grpc.Trailer(&trailer))
-					checkNoRetry(t, "call", err, trailer, codes.ResourceExhausted)
-					trailer, err = stream(ctx, srv.cc)
-					checkNoRetry(t, "stream", err, trailer, codes.ResourceExhausted)
-					if got := srv.served.Load(); got != 0 {
-						t.Errorf("%d calls of the suspended tenant served, want 0", got)
-					}
+					srv.refuses(t, suspended, 1)
 					log.check(t, tierlimit.ErrInvalidLimit, "refused")
-					if err := unary(tenantCtx(t, "tenant-paying"), srv.cc); err != nil || srv.served.Load() != 1 {
-						t.Errorf("call of another tenant: %v, served %d; want served", err, srv.served.Load())
-					}
+					srv.servesAnother(t)
 				})
 			}
 		}
