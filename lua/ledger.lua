@@ -175,7 +175,7 @@ local function read_bucket(c, i, clock)
   local unit, per, cap = tb_limit(lim)
   local b = {unit = unit, per = per, cap = cap, k = 0, r = 0, now = clock,
     total = 0, lo = 0, hi = 0, dirty = false, mine = false, before = '', after = '', rec = false, u = 0,
-    lost = false, again = 0, cut = 0}
+    cut = 0}
   local k, r, ts, old, rest = bucket_get(KEYS[c.kj + i])
   if ts and ts > b.now then b.now = ts end
   local dead = read_ledger(b, rest, c.holder)
@@ -189,7 +189,7 @@ local function read_bucket(c, i, clock)
     -- Redis lost it while this holder's record was live. The fleet can
     -- prove no level: the bucket starts again empty, not full, and is
     -- written so that it refills from now.
-    k, r, ts, b.dirty, b.lost = 0, 0, b.now, true, true
+    k, r, ts, b.dirty = 0, 0, b.now, true
   elseif not k then
     k, r, ts = max(cap - total, 0), 0, b.now
   elseif k >= max(cap - total, 0) then
@@ -247,31 +247,6 @@ local function claim(c, B, hold)
     if m and m.gen > c.gen then return 0, 0 end
     if m and m.gen == c.gen then want = 0 end
   end
-  for i = 1, c.n do
-    local b = B[i]
-    local has = 0
-    if b.mine then has = b.mine.held end
-    if c.live and c.held > has then
-      -- The holder's record should be live and counts less than the
-      -- holder holds, which L2 rules out: Redis lost the key's state
-      -- (flushed, evicted, restarted empty, Reset) while the holder held
-      -- c.held tokens it may spend, and the record is gone or was made
-      -- again by an older call of the holder's that ran after the loss.
-      -- What it lacks is recorded again, and taken from the level, into
-      -- debt if need be, unless this call found the key gone and started
-      -- it empty: a bucket that a caller who could not know made again
-      -- meanwhile (full, as an idle key's) pays for them, and L1 holds.
-      b.again = c.held - has
-      if not b.lost then
-        -- Down to -cap at most (L1): what the level cannot take stays
-        -- unrecorded, and the holder's next claim records it.
-        b.again = min(b.again, b.k + b.cap)
-        b.k = b.k - b.again
-        if b.k == -b.cap then b.r = 0 end
-      end
-      b.dirty = true
-    end
-  end
   -- What each record holds that the holder never received: handed -
   -- received (at least 0: a record an old call wrote may count less).
   local u, fresh = nil, want
@@ -288,12 +263,12 @@ local function claim(c, B, hold)
   for i = 1, c.n do
     local b = B[i]
     local m = b.mine
-    local held, deadline, handed = fresh + b.again, 0, c.received
+    local held, deadline, handed = fresh, 0, c.received
     if m then
-      held = min(m.held + b.again, c.held + b.u) + fresh
+      held = min(m.held, c.held + b.u) + fresh
       deadline, handed = m.deadline, max(m.handed, c.received)
     end
-    if hand > 0 or b.again > 0 then deadline = b.now + hold end
+    if hand > 0 then deadline = b.now + hold end
     b.k = b.k - fresh
     if fresh > 0 then b.dirty = true end
     local debt = c.debt and want > fresh
@@ -324,9 +299,8 @@ end
 -- holder ran first, and it gives nothing. So a refund always leaves its
 -- holder's record, holding nothing, for at least hold when it finds none
 -- (past its deadline, say): a claim of the holder's sent before it and
--- run after it then finds a later gen and does nothing, where it could
--- otherwise take the record for lost state and record again what the
--- refund gave up (claim).
+-- run after it then finds a later gen and does nothing, where it would
+-- otherwise make a record of a fresh grant its holder never gets.
 local function refund(c, B, hold)
   local took = c.back
   for i = 1, c.n do

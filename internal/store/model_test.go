@@ -622,23 +622,11 @@ func (st *modelState) debt(e *modelEntry, o modelOp) string {
 	}
 	before := st.levels(e.key)
 	if c.Live {
-		// A live holder's claim of a key Redis lost starts it empty; of
-		// a key made again without as much as the holder holds in its
-		// record, it takes what the record lacks again (ledger.lua's
-		// claim).
+		// A live holder's claim of a key Redis lost starts it empty.
 		for i, rk := range st.tb.Keys(key) {
-			state, l := st.ledger(rk)
-			if state == "" {
+			if state, _ := st.ledger(rk); state == "" {
 				before[i] = 0
-				continue
 			}
-			var has int64
-			for _, r := range l.Records {
-				if r.Holder == e.name && r.Deadline > st.redisNow().UnixMicro() {
-					has = r.Held
-				}
-			}
-			before[i] -= max(c.Held-has, 0)
 		}
 	}
 	if msg := st.conserving(e.key, lease); msg != "" {
@@ -775,6 +763,7 @@ func (st *modelState) check() string {
 		for i, rk := range st.tb.Keys(st.key(k)) {
 			state, l := st.ledger(rk)
 			live := map[string]int64{}
+			handed := map[string]int64{} // of the live records
 			if state != "" {
 				if msg := st.checkState(rk, state, l); msg != "" {
 					return msg
@@ -782,6 +771,7 @@ func (st *modelState) check() string {
 				for _, r := range l.Records {
 					if r.Deadline > us {
 						live[r.Holder] += r.Held
+						handed[r.Holder] = r.Handed
 					}
 				}
 			}
@@ -789,7 +779,10 @@ func (st *modelState) check() string {
 				if e.key != k {
 					continue
 				}
-				if e.unrecorded && (e.spendable(st.now) > live[e.name] || e.proto.covered > live[e.name]) {
+				// L2 with the undelivered: what the record holds that e never
+				// received covers nothing e holds.
+				if u := max(handed[e.name]-e.proto.received, 0); e.unrecorded &&
+					(e.spendable(st.now)+u > live[e.name] || e.proto.covered+u > live[e.name]) {
 					uncovered[e] = true
 					continue
 				}
@@ -801,10 +794,11 @@ func (st *modelState) check() string {
 			}
 		}
 	}
-	// A holder whose records cover what it holds and what it believes
-	// they hold (covered: what it may give back into its lease) again,
-	// its claims having recorded it, as much as the level could take each
-	// time, is held to L2 from then on.
+	// A holder whose records cover again what it holds and what it
+	// believes they hold (covered: what it may give back into its lease),
+	// besides what they hold that it never received, is held to L2 from
+	// then on: until its lease ends, what it held at the loss is spent on
+	// top of the bucket (docs/design.md, Lost state).
 	for _, e := range st.entries {
 		if e.unrecorded && !uncovered[e] {
 			e.unrecorded = false
